@@ -1,0 +1,159 @@
+use super::{CliError, parse_count};
+use crate::config::{self, Origins};
+use crate::exec::sim::SimOptions;
+use crate::io::write_atomic;
+use crate::scenario::Scenario;
+use crate::timeline::file::TimelineFile;
+use crate::{report, simulate, trace};
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Scenario preset name or TOML file.
+    #[arg(long, default_value = "default")]
+    pub scenario: String,
+    /// Model preset name or TOML file (overrides the scenario's).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Hardware profile name or TOML file (overrides the scenario's).
+    #[arg(long)]
+    pub hardware: Option<String>,
+    /// Workload: mlp, ag-gemm or gemm-rs.
+    #[arg(long)]
+    pub workload: Option<String>,
+    /// Tensor-parallel degree.
+    #[arg(long, value_parser = parse_count)]
+    pub tp: Option<i64>,
+    /// Batch size (sequences).
+    #[arg(long, value_parser = parse_count)]
+    pub batch: Option<i64>,
+    /// Sequence length (tokens), e.g. 4096 or 4k.
+    #[arg(long, value_parser = parse_count)]
+    pub seq: Option<i64>,
+    /// Element type: fp8, bf16, fp16, fp32.
+    #[arg(long)]
+    pub dtype: Option<String>,
+    /// Strategies to compare, comma-separated: sequential, chunked:K, flash.
+    #[arg(long = "strategy", value_delimiter = ',')]
+    pub strategies: Vec<String>,
+    /// Output format on stdout.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Write a Chrome trace (Perfetto) of every strategy to this file.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// Write results.json, table.txt, trace.json and one timeline-<strategy>.json per
+    /// strategy into this directory (created if missing).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Overwrite existing output files.
+    #[arg(long)]
+    pub force: bool,
+    /// Refuse runs longer than this many events.
+    #[arg(long, default_value_t = SimOptions::default().max_events)]
+    pub max_events: u64,
+}
+
+/// Read the scenario and apply the command-line overrides, remembering which keys came
+/// from flags so errors blame them.
+pub fn scenario(a: &Args) -> Result<Scenario, CliError> {
+    let (src, mut f) = config::read_scenario(&a.scenario).map_err(CliError::input)?;
+    let mut o = Origins::default();
+    let mut set = |key: &str, flag: &str| {
+        o.flags.insert(key.to_string(), flag.to_string());
+    };
+    if let Some(v) = &a.model {
+        f.model = v.clone();
+        set("model", "--model");
+    }
+    if let Some(v) = &a.hardware {
+        f.hardware = v.clone();
+        set("hardware", "--hardware");
+    }
+    if let Some(v) = &a.workload {
+        f.workload = v.clone();
+        set("workload", "--workload");
+    }
+    if let Some(v) = a.tp {
+        f.parallel.tp = v;
+        set("parallel.tp", "--tp");
+    }
+    if let Some(v) = a.batch {
+        f.batch = v;
+        set("batch", "--batch");
+    }
+    if let Some(v) = a.seq {
+        f.seq = v;
+        set("seq", "--seq");
+    }
+    if let Some(v) = &a.dtype {
+        f.dtype = v.clone();
+        set("dtype", "--dtype");
+    }
+    if !a.strategies.is_empty() {
+        f.strategies = a.strategies.clone();
+        set("strategies", "--strategy");
+    }
+    // Relative model/hardware paths given on the command line resolve against the
+    // working directory; those in a file against the file's directory.
+    let dir = if a.model.is_some() || a.hardware.is_some() {
+        None
+    } else {
+        src.dir.clone()
+    };
+    config::scenario_from_file(&src.name, dir.as_deref(), f, &o).map_err(CliError::input)
+}
+
+fn file_stem(strategy: &str) -> String {
+    strategy.replace(':', "-")
+}
+
+pub fn run(a: Args) -> Result<(), CliError> {
+    let sc = scenario(&a)?;
+    let opts = SimOptions {
+        record_links: true,
+        max_events: a.max_events,
+    };
+    let run = simulate::run_scenario(&sc, &opts).map_err(CliError::run)?;
+    let table = report::table(&sc, &run);
+    let json = report::json(&sc, &run);
+    let timelines: Vec<_> = run.runs.iter().map(|r| &r.timeline).collect();
+    let trace_json = (a.trace.is_some() || a.out.is_some()).then(|| trace::chrome_trace(&timelines));
+    if let Some(path) = &a.trace {
+        write_atomic(path, trace_json.as_deref().unwrap_or_default().as_bytes(), a.force)
+            .map_err(CliError::output)?;
+    }
+    if let Some(dir) = &a.out {
+        std::fs::create_dir_all(dir).map_err(|source| {
+            CliError::output(crate::io::OutputError::Write {
+                path: dir.display().to_string(),
+                source,
+            })
+        })?;
+        let mut files = vec![
+            ("results.json".to_string(), json.clone()),
+            ("table.txt".to_string(), table.clone()),
+            ("trace.json".to_string(), trace_json.clone().unwrap_or_default()),
+        ];
+        for r in &run.runs {
+            let tf = TimelineFile::from(&r.timeline);
+            let mut s = serde_json::to_string(&tf).expect("timeline serializes");
+            s.push('\n');
+            files.push((format!("timeline-{}.json", file_stem(&r.strategy.to_string())), s));
+        }
+        for (name, body) in files {
+            write_atomic(&dir.join(name), body.as_bytes(), a.force).map_err(CliError::output)?;
+        }
+    }
+    match a.format {
+        Format::Table => print!("{table}"),
+        Format::Json => print!("{json}"),
+    }
+    Ok(())
+}

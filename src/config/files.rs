@@ -1,0 +1,187 @@
+//! File formats (TOML). These are what users write; `validate` turns them into the domain
+//! types of [`crate::scenario`]. Unknown keys are errors, so a typo never passes silently.
+
+use serde::{Deserialize, Serialize};
+
+pub const VERSION: u32 = 1;
+
+fn one() -> u32 {
+    VERSION
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelFile {
+    #[serde(default = "one")]
+    pub version: u32,
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    pub hidden: i64,
+    pub ffn: i64,
+    pub heads: i64,
+    pub kv_heads: Option<i64>,
+    pub layers: i64,
+    pub vocab: i64,
+    #[serde(default = "default_activation")]
+    pub activation: String,
+}
+
+fn default_activation() -> String {
+    "gelu".into()
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HardwareFile {
+    #[serde(default = "one")]
+    pub version: u32,
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    pub gpu: GpuFile,
+    pub comm: CommFile,
+    pub topology: TopologyFile,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuFile {
+    pub name: String,
+    pub sm_count: i64,
+    /// GB/s (10⁹ bytes/s).
+    pub hbm_gbps: f64,
+    pub peak_tflops: PeakFile,
+    pub gemm: GemmFile,
+    pub elementwise: ElementwiseFile,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeakFile {
+    pub fp8: Option<f64>,
+    pub bf16: Option<f64>,
+    pub fp16: Option<f64>,
+    pub fp32: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GemmFile {
+    pub tile_m: i64,
+    pub tile_n: i64,
+    pub efficiency: f64,
+    #[serde(default)]
+    pub k_half: f64,
+    pub memory_efficiency: f64,
+    pub launch_us: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ElementwiseFile {
+    pub efficiency: f64,
+    pub launch_us: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommFile {
+    pub message_latency_us: f64,
+}
+
+/// One struct for every topology kind; which keys are required depends on `kind`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopologyFile {
+    /// `nvswitch`, `ring`, `full-mesh`, `pcie-tree` or `custom`.
+    pub kind: String,
+    pub gpus: Option<i64>,
+    // nvswitch, ring, full-mesh
+    pub link_gbps: Option<f64>,
+    pub link_latency_us: Option<f64>,
+    // pcie-tree
+    pub sockets: Option<i64>,
+    pub switches_per_socket: Option<i64>,
+    pub gpu_link_gbps: Option<f64>,
+    pub gpu_link_latency_us: Option<f64>,
+    pub uplink_gbps: Option<f64>,
+    pub uplink_latency_us: Option<f64>,
+    pub socket_link_gbps: Option<f64>,
+    pub socket_link_latency_us: Option<f64>,
+    // custom
+    #[serde(default)]
+    pub devices: Vec<DeviceFile>,
+    #[serde(default)]
+    pub links: Vec<LinkFile>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceFile {
+    pub name: String,
+    pub kind: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkFile {
+    pub from: String,
+    pub to: String,
+    pub gbps: f64,
+    #[serde(default)]
+    pub latency_us: f64,
+    /// Add the reverse direction too (default).
+    #[serde(default = "yes")]
+    pub bidirectional: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScenarioFile {
+    #[serde(default = "one")]
+    pub version: u32,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// A model preset name or a path (relative to this file).
+    pub model: String,
+    /// A hardware preset name or a path (relative to this file).
+    pub hardware: String,
+    #[serde(default = "default_workload")]
+    pub workload: String,
+    pub batch: i64,
+    pub seq: i64,
+    #[serde(default = "default_dtype")]
+    pub dtype: String,
+    pub parallel: ParallelFile,
+    pub strategies: Vec<String>,
+}
+
+fn default_workload() -> String {
+    "mlp".into()
+}
+fn default_dtype() -> String {
+    "bf16".into()
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ParallelFile {
+    pub tp: i64,
+    #[serde(default = "yes")]
+    pub sp: bool,
+    #[serde(default = "one_i")]
+    pub dp: i64,
+    #[serde(default = "one_i")]
+    pub ulysses: i64,
+}
+
+fn one_i() -> i64 {
+    1
+}

@@ -1,0 +1,441 @@
+//! File types → domain types. Every check names the file, the key and the value.
+
+use super::files::*;
+use super::{ConfigError, PresetKind};
+use crate::scenario::*;
+use crate::topology::{Device, DeviceKind, Link, LinkSpec, PcieTreeSpec, Topology};
+use std::collections::BTreeSet;
+use std::path::Path;
+
+type R<T> = Result<T, ConfigError>;
+
+fn version(file: &str, v: u32) -> R<()> {
+    if v != VERSION {
+        return Err(ConfigError::Version {
+            file: file.into(),
+            found: v,
+            supported: VERSION,
+        });
+    }
+    Ok(())
+}
+
+fn positive(file: &str, key: &str, v: i64) -> R<u64> {
+    if v <= 0 {
+        return Err(ConfigError::invalid(file, key, v, "must be a positive integer"));
+    }
+    Ok(v as u64)
+}
+
+fn positive_f(file: &str, key: &str, v: f64) -> R<f64> {
+    if v.is_nan() || v <= 0.0 {
+        return Err(ConfigError::invalid(file, key, v, "must be positive"));
+    }
+    Ok(v)
+}
+
+fn non_negative_f(file: &str, key: &str, v: f64) -> R<f64> {
+    if !v.is_finite() || v < 0.0 {
+        return Err(ConfigError::invalid(file, key, v, "must be finite and ≥ 0"));
+    }
+    Ok(v)
+}
+
+fn fraction(file: &str, key: &str, v: f64) -> R<f64> {
+    if !(v > 0.0 && v <= 1.0) {
+        return Err(ConfigError::invalid(file, key, v, "must be in (0, 1]"));
+    }
+    Ok(v)
+}
+
+pub fn model_from_file(file: &str, m: ModelFile) -> R<Model> {
+    version(file, m.version)?;
+    let hidden = positive(file, "hidden", m.hidden)?;
+    let ffn = positive(file, "ffn", m.ffn)?;
+    let heads = positive(file, "heads", m.heads)?;
+    let kv_heads = positive(file, "kv_heads", m.kv_heads.unwrap_or(m.heads))?;
+    let layers = positive(file, "layers", m.layers)?;
+    let vocab = positive(file, "vocab", m.vocab)?;
+    if hidden % heads != 0 {
+        return Err(ConfigError::invalid(
+            file,
+            "heads",
+            heads,
+            format!("must divide hidden ({hidden})"),
+        ));
+    }
+    if heads % kv_heads != 0 {
+        return Err(ConfigError::invalid(
+            file,
+            "kv_heads",
+            kv_heads,
+            format!("must divide heads ({heads})"),
+        ));
+    }
+    let activation = Activation::parse(&m.activation).ok_or_else(|| {
+        let known: Vec<&str> = Activation::ALL.iter().map(|a| a.name()).collect();
+        ConfigError::invalid(
+            file,
+            "activation",
+            &m.activation,
+            format!("unknown activation (known: {})", known.join(", ")),
+        )
+    })?;
+    Ok(Model {
+        name: m.name,
+        hidden,
+        ffn,
+        heads,
+        kv_heads,
+        layers,
+        vocab,
+        activation,
+    })
+}
+
+pub fn hardware_from_file(file: &str, h: HardwareFile) -> R<Hardware> {
+    version(file, h.version)?;
+    let g = &h.gpu;
+    let mut peak = [None; 4];
+    for (d, v) in [
+        (DType::Fp8, g.peak_tflops.fp8),
+        (DType::Bf16, g.peak_tflops.bf16),
+        (DType::Fp16, g.peak_tflops.fp16),
+        (DType::Fp32, g.peak_tflops.fp32),
+    ] {
+        if let Some(v) = v {
+            let key = format!("gpu.peak_tflops.{}", d.name());
+            let v = positive_f(file, &key, v)?;
+            if !v.is_finite() {
+                return Err(ConfigError::invalid(file, &key, v, "must be finite"));
+            }
+            peak[d as usize] = Some(v * 1e12);
+        }
+    }
+    let hbm = positive_f(file, "gpu.hbm_gbps", g.hbm_gbps)?;
+    let gpu = GpuSpec {
+        name: g.name.clone(),
+        sm_count: positive(file, "gpu.sm_count", g.sm_count)?,
+        hbm_bandwidth: hbm * 1e9,
+        peak_flops: peak,
+        gemm: GemmParams {
+            tile_m: positive(file, "gpu.gemm.tile_m", g.gemm.tile_m)?,
+            tile_n: positive(file, "gpu.gemm.tile_n", g.gemm.tile_n)?,
+            efficiency: fraction(file, "gpu.gemm.efficiency", g.gemm.efficiency)?,
+            k_half: non_negative_f(file, "gpu.gemm.k_half", g.gemm.k_half)?,
+            memory_efficiency: fraction(
+                file,
+                "gpu.gemm.memory_efficiency",
+                g.gemm.memory_efficiency,
+            )?,
+            launch: non_negative_f(file, "gpu.gemm.launch_us", g.gemm.launch_us)? * 1e-6,
+        },
+        elementwise: ElementwiseParams {
+            efficiency: fraction(file, "gpu.elementwise.efficiency", g.elementwise.efficiency)?,
+            launch: non_negative_f(file, "gpu.elementwise.launch_us", g.elementwise.launch_us)?
+                * 1e-6,
+        },
+    };
+    let comm = CommParams {
+        message_latency: non_negative_f(
+            file,
+            "comm.message_latency_us",
+            h.comm.message_latency_us,
+        )? * 1e-6,
+    };
+    let topology = topology_from_file(file, &h.name, &h.topology)?;
+    Ok(Hardware {
+        name: h.name,
+        gpu,
+        comm,
+        topology,
+    })
+}
+
+fn req<T: Copy>(file: &str, kind: &str, key: &str, v: Option<T>) -> R<T> {
+    v.ok_or_else(|| {
+        ConfigError::invalid(
+            file,
+            &format!("topology.{key}"),
+            "(missing)",
+            format!("is required for topology kind `{kind}`"),
+        )
+    })
+}
+
+fn link_spec(file: &str, kind: &str, bw: &str, lat: &str, t: &TopologyFile) -> R<LinkSpec> {
+    let get = |k: &str| -> Option<f64> {
+        match k {
+            "link_gbps" => t.link_gbps,
+            "link_latency_us" => t.link_latency_us,
+            "gpu_link_gbps" => t.gpu_link_gbps,
+            "gpu_link_latency_us" => t.gpu_link_latency_us,
+            "uplink_gbps" => t.uplink_gbps,
+            "uplink_latency_us" => t.uplink_latency_us,
+            "socket_link_gbps" => t.socket_link_gbps,
+            "socket_link_latency_us" => t.socket_link_latency_us,
+            _ => None,
+        }
+    };
+    let b = positive_f(file, &format!("topology.{bw}"), req(file, kind, bw, get(bw))?)?;
+    let l = non_negative_f(file, &format!("topology.{lat}"), get(lat).unwrap_or(0.0))?;
+    Ok(LinkSpec {
+        bandwidth: b * 1e9,
+        latency: l * 1e-6,
+    })
+}
+
+fn topology_from_file(file: &str, name: &str, t: &TopologyFile) -> R<Topology> {
+    let kind = t.kind.as_str();
+    let wrap = |source| ConfigError::Topology {
+        file: file.to_string(),
+        source,
+    };
+    let gpus = || -> R<u64> { positive(file, "topology.gpus", req(file, kind, "gpus", t.gpus)?) };
+    match kind {
+        "nvswitch" | "ring" | "full-mesh" => {
+            let n = gpus()?;
+            let l = link_spec(file, kind, "link_gbps", "link_latency_us", t)?;
+            match kind {
+                "nvswitch" => Topology::nvswitch(name, n, l),
+                "ring" => Topology::ring(name, n, l),
+                _ => Topology::full_mesh(name, n, l),
+            }
+            .map_err(wrap)
+        }
+        "pcie-tree" => {
+            let spec = PcieTreeSpec {
+                gpus: gpus()?,
+                sockets: positive(
+                    file,
+                    "topology.sockets",
+                    req(file, kind, "sockets", t.sockets)?,
+                )?,
+                switches_per_socket: positive(
+                    file,
+                    "topology.switches_per_socket",
+                    req(file, kind, "switches_per_socket", t.switches_per_socket)?,
+                )?,
+                gpu_link: link_spec(file, kind, "gpu_link_gbps", "gpu_link_latency_us", t)?,
+                uplink: link_spec(file, kind, "uplink_gbps", "uplink_latency_us", t)?,
+                socket_link: link_spec(
+                    file,
+                    kind,
+                    "socket_link_gbps",
+                    "socket_link_latency_us",
+                    t,
+                )?,
+            };
+            Topology::pcie_tree(name, &spec).map_err(wrap)
+        }
+        "custom" => {
+            let mut devices = Vec::with_capacity(t.devices.len());
+            for (i, d) in t.devices.iter().enumerate() {
+                let k = DeviceKind::parse(&d.kind).ok_or_else(|| {
+                    let known: Vec<&str> = DeviceKind::ALL.iter().map(|k| k.name()).collect();
+                    ConfigError::invalid(
+                        file,
+                        &format!("topology.devices[{i}].kind"),
+                        &d.kind,
+                        format!("unknown device kind (known: {})", known.join(", ")),
+                    )
+                })?;
+                devices.push(Device {
+                    kind: k,
+                    name: d.name.clone(),
+                });
+            }
+            let mut links = Vec::with_capacity(t.links.len() * 2);
+            for (i, l) in t.links.iter().enumerate() {
+                let bw = positive_f(file, &format!("topology.links[{i}].gbps"), l.gbps)?;
+                let lat =
+                    non_negative_f(file, &format!("topology.links[{i}].latency_us"), l.latency_us)?;
+                let link = Link {
+                    bandwidth: bw * 1e9,
+                    latency: lat * 1e-6,
+                };
+                links.push((l.from.clone(), l.to.clone(), link));
+                if l.bidirectional {
+                    links.push((l.to.clone(), l.from.clone(), link));
+                }
+            }
+            Topology::from_parts(name, devices, links).map_err(wrap)
+        }
+        other => Err(ConfigError::invalid(
+            file,
+            "topology.kind",
+            other,
+            "unknown topology kind (known: nvswitch, ring, full-mesh, pcie-tree, custom)",
+        )),
+    }
+}
+
+/// Keys set on the command line rather than in the file, and the flag that set each, so
+/// errors blame the right place.
+#[derive(Debug, Clone, Default)]
+pub struct Origins {
+    pub flags: std::collections::BTreeMap<String, String>,
+}
+
+impl Origins {
+    fn blame<'a>(&'a self, file: &'a str, key: &str) -> String {
+        match self.flags.get(key) {
+            Some(flag) => format!("command line ({flag})"),
+            None => file.to_string(),
+        }
+    }
+}
+
+pub fn scenario_from_file(
+    file: &str,
+    dir: Option<&Path>,
+    s: ScenarioFile,
+    origins: &Origins,
+) -> R<Scenario> {
+    version(file, s.version)?;
+    let at = |key: &str| origins.blame(file, key);
+    let model = super::load_model(&s.model, dir).map_err(|e| match e {
+        ConfigError::UnknownPreset { .. } | ConfigError::Io { .. } => {
+            ConfigError::invalid(&at("model"), "model", &s.model, e)
+        }
+        e => e,
+    })?;
+    let hardware = super::load_hardware(&s.hardware, dir).map_err(|e| match e {
+        ConfigError::UnknownPreset { .. } | ConfigError::Io { .. } => {
+            ConfigError::invalid(&at("hardware"), "hardware", &s.hardware, e)
+        }
+        e => e,
+    })?;
+    let batch = positive(&at("batch"), "batch", s.batch)?;
+    let seq = positive(&at("seq"), "seq", s.seq)?;
+    let dtype = DType::parse(&s.dtype).ok_or_else(|| {
+        ConfigError::invalid(
+            &at("dtype"),
+            "dtype",
+            &s.dtype,
+            "unknown dtype (known: fp8, bf16, fp16, fp32)",
+        )
+    })?;
+    if hardware.gpu.peak(dtype).is_none() {
+        return Err(ConfigError::invalid(
+            &at("dtype"),
+            "dtype",
+            dtype,
+            format!("hardware `{}` gives no peak FLOP/s for it", hardware.name),
+        ));
+    }
+    let workload = Workload::parse(&s.workload).ok_or_else(|| {
+        ConfigError::invalid(
+            &at("workload"),
+            "workload",
+            &s.workload,
+            "unknown workload (known: mlp, ag-gemm, gemm-rs)",
+        )
+    })?;
+    let p = &s.parallel;
+    let tp = positive(&at("parallel.tp"), "parallel.tp", p.tp)?;
+    let dp = positive(&at("parallel.dp"), "parallel.dp", p.dp)?;
+    let ulysses = positive(&at("parallel.ulysses"), "parallel.ulysses", p.ulysses)?;
+    let parallel = Parallel {
+        tp,
+        sp: p.sp,
+        dp,
+        ulysses,
+    };
+    if !p.sp {
+        return Err(ConfigError::invalid(
+            &at("parallel.sp"),
+            "parallel.sp",
+            false,
+            format!("workload `{}` is simulated with sequence parallelism (TPSP) only", workload.name()),
+        ));
+    }
+    for (key, v) in [("parallel.dp", dp), ("parallel.ulysses", ulysses)] {
+        if v != 1 {
+            return Err(ConfigError::invalid(
+                &at(key),
+                key,
+                v,
+                format!("workload `{}` simulates one tensor-parallel group; only 1 is supported", workload.name()),
+            ));
+        }
+    }
+    if model.heads % tp != 0 {
+        return Err(ConfigError::invalid(
+            &at("parallel.tp"),
+            "parallel.tp",
+            tp,
+            format!("must divide the model's {} attention heads", model.heads),
+        ));
+    }
+    let tokens = batch.checked_mul(seq).ok_or_else(|| {
+        ConfigError::invalid(&at("seq"), "seq", seq, "batch × seq overflows")
+    })?;
+    if tokens % tp != 0 {
+        return Err(ConfigError::invalid(
+            &at("parallel.tp"),
+            "parallel.tp",
+            tp,
+            format!("must divide the tokens (batch × seq = {tokens})"),
+        ));
+    }
+    if parallel.world() as usize > hardware.topology.gpu_count() {
+        return Err(ConfigError::invalid(
+            &at("parallel.tp"),
+            "parallel.tp",
+            tp,
+            format!(
+                "needs {} GPUs but hardware `{}` has {}",
+                parallel.world(),
+                hardware.name,
+                hardware.topology.gpu_count()
+            ),
+        ));
+    }
+    if s.strategies.is_empty() {
+        return Err(ConfigError::invalid(
+            &at("strategies"),
+            "strategies",
+            "[]",
+            "name at least one strategy",
+        ));
+    }
+    let mut strategies = Vec::new();
+    let mut seen = BTreeSet::new();
+    for (i, name) in s.strategies.iter().enumerate() {
+        let st = Strategy::parse(name).map_err(|reason| {
+            ConfigError::invalid(&at("strategies"), &format!("strategies[{i}]"), name, reason)
+        })?;
+        let shape = crate::strategy::MlpShape {
+            ranks: tp as u32,
+            tokens,
+            hidden: model.hidden,
+            fc1_width: model.fc1_width(),
+            ffn: model.ffn,
+            gated: model.activation.gated(),
+            dtype,
+        };
+        crate::strategy::check_shape(st, &shape).map_err(|e| {
+            ConfigError::invalid(&at("strategies"), &format!("strategies[{i}]"), name, e)
+        })?;
+        if seen.insert(st) {
+            strategies.push(st);
+        }
+    }
+    let name = if s.name.is_empty() {
+        PresetKind::Scenario.name().to_string()
+    } else {
+        s.name
+    };
+    Ok(Scenario {
+        name,
+        model,
+        hardware,
+        parallel,
+        batch,
+        seq,
+        dtype,
+        workload,
+        strategies,
+    })
+}

@@ -1,0 +1,166 @@
+//! The cost model: pure functions from shapes and hardware parameters to seconds.
+//! No state, no I/O; the engine calls these once per op.
+
+use crate::scenario::{DType, GpuSpec};
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CostError {
+    #[error("GPU `{gpu}` has no peak FLOP/s for dtype {dtype} in its profile")]
+    NoPeak { gpu: String, dtype: DType },
+}
+
+/// FLOPs of an (m × k) · (k × n) GEMM.
+pub fn gemm_flops(m: u64, n: u64, k: u64) -> f64 {
+    2.0 * m as f64 * n as f64 * k as f64
+}
+
+/// Breakdown of a GEMM's predicted time, for reports and tests.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GemmCost {
+    pub tiles: u64,
+    pub waves: u64,
+    pub compute: f64,
+    pub memory: f64,
+    pub total: f64,
+}
+
+/// Time of an (m × k) · (k × n) GEMM on one GPU.
+///
+/// The output is cut into `tile_m × tile_n` tiles, one CTA per SM at a time, so the kernel
+/// runs `waves = ⌈tiles / SMs⌉` waves and each wave costs one full tile's FLOPs at the
+/// per-SM peak (a partial last wave costs as much as a full one: wave quantization; padded
+/// edge tiles cost a full tile). The achieved fraction of peak is `efficiency ·
+/// k / (k + k_half)` (short K-loops pay prologue/epilogue). The memory side moves A, B and
+/// C once at `memory_efficiency` of HBM bandwidth; the kernel takes the larger of the two
+/// (a roofline) plus a fixed launch cost. Any zero dimension is a no-op (0 s).
+pub fn gemm_cost(gpu: &GpuSpec, m: u64, n: u64, k: u64, dtype: DType) -> Result<GemmCost, CostError> {
+    let peak = gpu.peak(dtype).ok_or_else(|| CostError::NoPeak {
+        gpu: gpu.name.clone(),
+        dtype,
+    })?;
+    if m == 0 || n == 0 || k == 0 {
+        return Ok(GemmCost {
+            tiles: 0,
+            waves: 0,
+            compute: 0.0,
+            memory: 0.0,
+            total: 0.0,
+        });
+    }
+    let p = &gpu.gemm;
+    let tiles = m.div_ceil(p.tile_m).saturating_mul(n.div_ceil(p.tile_n));
+    let waves = tiles.div_ceil(gpu.sm_count.max(1));
+    let kf = k as f64;
+    let eff = p.efficiency * kf / (kf + p.k_half);
+    let per_sm = peak / gpu.sm_count.max(1) as f64;
+    let tile_flops = 2.0 * p.tile_m as f64 * p.tile_n as f64 * kf;
+    let compute = waves as f64 * tile_flops / (per_sm * eff);
+    let bytes = (m as f64 * kf + kf * n as f64 + m as f64 * n as f64) * dtype.bytes() as f64;
+    let memory = bytes / (gpu.hbm_bandwidth * p.memory_efficiency);
+    Ok(GemmCost {
+        tiles,
+        waves,
+        compute,
+        memory,
+        total: p.launch + compute.max(memory),
+    })
+}
+
+/// Time of a GEMM, seconds. See [`gemm_cost`].
+pub fn gemm_time(gpu: &GpuSpec, m: u64, n: u64, k: u64, dtype: DType) -> Result<f64, CostError> {
+    gemm_cost(gpu, m, n, k, dtype).map(|c| c.total)
+}
+
+/// Time of a memory-bound elementwise kernel that moves `bytes` through HBM (reads plus
+/// writes). Zero bytes is a no-op.
+pub fn elementwise_time(gpu: &GpuSpec, bytes: u64) -> f64 {
+    if bytes == 0 {
+        return 0.0;
+    }
+    gpu.elementwise.launch + bytes as f64 / (gpu.hbm_bandwidth * gpu.elementwise.efficiency)
+}
+
+/// HBM traffic of `out = a + b` on tensors of `bytes` each: two reads, one write.
+pub fn add_traffic(bytes: u64) -> u64 {
+    bytes.saturating_mul(3)
+}
+
+/// Time of one α–β message: fixed latency `alpha` plus `bytes` at `bandwidth`.
+pub fn message_time(alpha: f64, bandwidth: f64, bytes: u64) -> f64 {
+    alpha + bytes as f64 / bandwidth
+}
+
+/// A ring all-gather or reduce-scatter of a `bytes`-sized (full, gathered) tensor over `n`
+/// ranks, with no contention: `(n − 1) · (α + bytes / (n · β))`.
+pub fn ring_collective_time(n: u64, alpha: f64, bandwidth: f64, bytes: u64) -> f64 {
+    if n <= 1 {
+        return 0.0;
+    }
+    (n - 1) as f64 * (alpha + bytes as f64 / (n as f64 * bandwidth))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::{ElementwiseParams, GemmParams};
+
+    fn gpu() -> GpuSpec {
+        GpuSpec {
+            name: "t".into(),
+            sm_count: 132,
+            hbm_bandwidth: 3.35e12,
+            peak_flops: [None, Some(989e12), Some(989e12), Some(67e12)],
+            gemm: GemmParams {
+                tile_m: 128,
+                tile_n: 256,
+                efficiency: 0.8,
+                k_half: 0.0,
+                memory_efficiency: 0.9,
+                launch: 0.0,
+            },
+            elementwise: ElementwiseParams {
+                efficiency: 0.9,
+                launch: 0.0,
+            },
+        }
+    }
+
+    #[test]
+    fn one_wave_and_a_tile_more_is_two_waves() {
+        let g = gpu();
+        // 132 tiles of 128×256 = exactly one wave.
+        let one = gemm_cost(&g, 128 * 12, 256 * 11, 8192, DType::Bf16).unwrap();
+        assert_eq!((one.tiles, one.waves), (132, 1));
+        let two = gemm_cost(&g, 128 * 12 + 1, 256 * 11, 8192, DType::Bf16).unwrap();
+        assert_eq!(two.waves, 2);
+        assert!((two.compute / one.compute - 2.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn large_gemm_approaches_efficiency_times_peak() {
+        let g = gpu();
+        let (m, n, k) = (128 * 132 * 8, 256, 16384);
+        let t = gemm_time(&g, m, n, k, DType::Bf16).unwrap();
+        let achieved = gemm_flops(m, n, k) / t;
+        assert!((achieved / (0.8 * 989e12) - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn skinny_gemm_is_memory_bound() {
+        let g = gpu();
+        let c = gemm_cost(&g, 16, 16384, 16384, DType::Bf16).unwrap();
+        assert!(c.memory > c.compute);
+    }
+
+    #[test]
+    fn missing_dtype_is_an_error() {
+        assert!(gemm_time(&gpu(), 1, 1, 1, DType::Fp8).is_err());
+    }
+
+    #[test]
+    fn ring_closed_form() {
+        let t = ring_collective_time(4, 1e-6, 100e9, 400_000_000);
+        assert!((t - 3.0 * (1e-6 + 1e-3)).abs() < 1e-15);
+        assert_eq!(ring_collective_time(1, 1e-6, 1e9, 100), 0.0);
+    }
+}

@@ -1,0 +1,413 @@
+//! The discrete-event engine.
+//!
+//! Events sit in a priority queue keyed on (time, sequence number): simultaneous events
+//! run in the order they were scheduled, so a run is a pure function of its inputs.
+//! Scheduling into the past is an internal error; stale flow-completion events (a flow
+//! whose rate changed after the event was scheduled) carry an old version and are skipped
+//! when popped.
+//!
+//! Semantics (those of [`crate::plan`]): in-order streams of launches; a launch starts
+//! when its stream is free and its dependencies are done; a send/recv pair becomes a
+//! transfer once both are posted; a transfer waits the message latency (per message plus
+//! per hop), then drains its bytes as a flow at its max-min fair share of every link on
+//! its route; compute ops take the cost model's time.
+
+mod network;
+
+use crate::cost::{self, CostError};
+use crate::plan::{LaunchId, NO_PARTNER, OpId, OpKind, Plan};
+use crate::scenario::Hardware;
+use crate::topology::{Router, TopologyError};
+use network::Network;
+use ordered_float::NotNan;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SimError {
+    #[error(transparent)]
+    Cost(#[from] CostError),
+    #[error(transparent)]
+    Topology(#[from] TopologyError),
+    #[error(
+        "the run exceeded its budget of {budget} events; raise --max-events or shrink the scenario"
+    )]
+    EventBudget { budget: u64 },
+    #[error(
+        "simulated time overflowed at op {label} (a bandwidth near zero or a size near infinity?)"
+    )]
+    TimeOverflow { label: String },
+    #[error("deadlock: {done} of {total} ops finished; launch of {label} on rank {rank} never started")]
+    Deadlock {
+        done: usize,
+        total: usize,
+        label: String,
+        rank: u32,
+    },
+}
+
+/// What a run records beyond op times, and how far it may go.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimOptions {
+    /// Record one span per link per transfer (for per-link timelines).
+    pub record_links: bool,
+    /// Refuse to process more events than this.
+    pub max_events: u64,
+}
+
+impl Default for SimOptions {
+    fn default() -> SimOptions {
+        SimOptions {
+            record_links: true,
+            max_events: 2_000_000_000,
+        }
+    }
+}
+
+/// A transfer's occupancy of one link.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LinkSpan {
+    pub link: u32,
+    /// The send op of the transfer.
+    pub op: OpId,
+    pub start: f64,
+    pub end: f64,
+    pub bytes: u64,
+}
+
+/// Start and end (seconds) of every op, in op-id order, plus link occupancy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimResult {
+    pub start: Vec<f64>,
+    pub end: Vec<f64>,
+    pub link_spans: Vec<LinkSpan>,
+    pub events: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Ev {
+    OpDone(OpId),
+    FlowStart(u32),
+    FlowDone(u32, u32),
+}
+
+type Key = Reverse<(NotNan<f64>, u64, Ev)>;
+
+struct Transfer {
+    send: OpId,
+    recv: OpId,
+    bytes: u64,
+    started: f64,
+}
+
+struct Engine<'p> {
+    plan: &'p Plan,
+    hw: &'p Hardware,
+    opts: &'p SimOptions,
+    now: f64,
+    seq: u64,
+    queue: BinaryHeap<Key>,
+    events: u64,
+    start: Vec<f64>,
+    end: Vec<f64>,
+    posted: Vec<bool>,
+    done_ops: usize,
+    /// Unmet conditions per launch: dependency edges not yet done, plus 1 until it is the
+    /// head of its stream.
+    pending: Vec<u32>,
+    remaining_ops: Vec<u32>,
+    /// Position of each launch within its stream.
+    pos_in_stream: Vec<u32>,
+    /// Launches waiting on each op (CSR).
+    dependents_start: Vec<u32>,
+    dependents: Vec<LaunchId>,
+    net: Network,
+    transfers: Vec<Transfer>,
+    routes: HashMap<(u32, u32), (u32, u32, f64)>,
+    router: Router<'p>,
+    link_spans: Vec<LinkSpan>,
+}
+
+/// Run `plan` on `hw`; rank r runs on GPU r of the topology.
+pub fn simulate(plan: &Plan, hw: &Hardware, opts: &SimOptions) -> Result<SimResult, SimError> {
+    hw.topology.require_gpus(plan.ranks as usize)?;
+    let mut e = Engine::new(plan, hw, opts);
+    e.run()?;
+    Ok(SimResult {
+        start: e.start,
+        end: e.end,
+        link_spans: e.link_spans,
+        events: e.events,
+    })
+}
+
+impl<'p> Engine<'p> {
+    fn new(plan: &'p Plan, hw: &'p Hardware, opts: &'p SimOptions) -> Engine<'p> {
+        let nl = plan.launch_count();
+        let nops = plan.op_count();
+        let mut pending = vec![0u32; nl];
+        let mut remaining_ops = vec![0u32; nl];
+        let mut count = vec![0u32; nops + 1];
+        for (id, o) in plan.ops.iter().enumerate() {
+            remaining_ops[o.launch as usize] += 1;
+            for &d in plan.deps(id as OpId) {
+                pending[o.launch as usize] += 1;
+                count[d as usize + 1] += 1;
+            }
+        }
+        for i in 0..nops {
+            count[i + 1] += count[i];
+        }
+        let mut fill = count.clone();
+        let mut dependents = vec![0 as LaunchId; count[nops] as usize];
+        for (id, o) in plan.ops.iter().enumerate() {
+            for &d in plan.deps(id as OpId) {
+                dependents[fill[d as usize] as usize] = o.launch;
+                fill[d as usize] += 1;
+            }
+        }
+        let mut pos_in_stream = vec![0u32; nl];
+        for s in 0..plan.streams.len() as u32 {
+            for (i, &l) in plan.stream_launches(s).iter().enumerate() {
+                pos_in_stream[l as usize] = i as u32;
+                if i > 0 {
+                    pending[l as usize] += 1;
+                }
+            }
+        }
+        Engine {
+            plan,
+            hw,
+            opts,
+            now: 0.0,
+            seq: 0,
+            queue: BinaryHeap::with_capacity(1024),
+            events: 0,
+            start: vec![f64::NAN; nops],
+            end: vec![f64::NAN; nops],
+            posted: vec![false; nops],
+            done_ops: 0,
+            pending,
+            remaining_ops,
+            pos_in_stream,
+            dependents_start: count,
+            dependents,
+            net: Network::new(&hw.topology),
+            transfers: Vec::new(),
+            routes: HashMap::new(),
+            router: Router::new(&hw.topology),
+            link_spans: Vec::new(),
+        }
+    }
+
+    fn schedule(&mut self, at: f64, ev: Ev, op: OpId) -> Result<(), SimError> {
+        if !at.is_finite() {
+            return Err(SimError::TimeOverflow {
+                label: self.plan.label(op),
+            });
+        }
+        debug_assert!(at >= self.now, "scheduling into the past");
+        let at = at.max(self.now);
+        self.seq += 1;
+        self.queue.push(Reverse((
+            NotNan::new(at).expect("finite time"),
+            self.seq,
+            ev,
+        )));
+        Ok(())
+    }
+
+    fn run(&mut self) -> Result<(), SimError> {
+        for l in 0..self.plan.launch_count() as LaunchId {
+            if self.pending[l as usize] == 0 {
+                self.start_launch(l)?;
+            }
+        }
+        while let Some(Reverse((t, _, ev))) = self.queue.pop() {
+            self.events += 1;
+            if self.events > self.opts.max_events {
+                return Err(SimError::EventBudget {
+                    budget: self.opts.max_events,
+                });
+            }
+            self.now = t.into_inner();
+            match ev {
+                Ev::OpDone(op) => self.op_done(op)?,
+                Ev::FlowStart(f) => self.flow_start(f)?,
+                Ev::FlowDone(f, v) => {
+                    if self.net.flows[f as usize].version == v && self.net.flows[f as usize].active
+                    {
+                        self.flow_done(f)?;
+                    }
+                }
+            }
+        }
+        if self.done_ops < self.plan.op_count() {
+            let (label, rank) = self.first_stuck();
+            return Err(SimError::Deadlock {
+                done: self.done_ops,
+                total: self.plan.op_count(),
+                label,
+                rank,
+            });
+        }
+        Ok(())
+    }
+
+    fn first_stuck(&self) -> (String, u32) {
+        for s in 0..self.plan.streams.len() as u32 {
+            for &l in self.plan.stream_launches(s) {
+                let first = self.plan.launch_ops(l)[0];
+                if self.start[first as usize].is_nan() {
+                    return (self.plan.label(first), self.plan.ops[first as usize].rank);
+                }
+            }
+        }
+        (String::from("?"), 0)
+    }
+
+    fn duration(&self, op: OpId) -> Result<f64, SimError> {
+        let gpu = &self.hw.gpu;
+        Ok(match self.plan.ops[op as usize].kind {
+            OpKind::Gemm { m, n, k, dtype } => cost::gemm_time(gpu, m, n, k, dtype)?,
+            OpKind::Elementwise { bytes, .. } => cost::elementwise_time(gpu, bytes),
+            OpKind::Copy { bytes } => cost::elementwise_time(gpu, bytes.saturating_mul(2)),
+            OpKind::Send { .. } | OpKind::Recv { .. } => 0.0,
+        })
+    }
+
+    fn start_launch(&mut self, l: LaunchId) -> Result<(), SimError> {
+        let plan = self.plan;
+        for &op in plan.launch_ops(l) {
+            self.start[op as usize] = self.now;
+            match plan.ops[op as usize].kind {
+                OpKind::Send { .. } | OpKind::Recv { .. } => {
+                    self.posted[op as usize] = true;
+                    let p = plan.partner(op);
+                    if p != NO_PARTNER && self.posted[p as usize] {
+                        self.begin_transfer(op, p)?;
+                    }
+                }
+                _ => {
+                    let d = self.duration(op)?;
+                    self.schedule(self.now + d, Ev::OpDone(op), op)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn route(&mut self, src: u32, dst: u32) -> Result<(u32, u32, f64), SimError> {
+        if let Some(&r) = self.routes.get(&(src, dst)) {
+            return Ok(r);
+        }
+        let route = self.router.route(src as usize, dst as usize)?;
+        let start = self.net.route_links.len() as u32;
+        self.net.route_links.extend_from_slice(&route.links);
+        let r = (start, route.links.len() as u32, route.latency);
+        self.routes.insert((src, dst), r);
+        Ok(r)
+    }
+
+    fn begin_transfer(&mut self, a: OpId, b: OpId) -> Result<(), SimError> {
+        let (send, recv) = match self.plan.ops[a as usize].kind {
+            OpKind::Send { .. } => (a, b),
+            _ => (b, a),
+        };
+        let src = self.plan.ops[send as usize].rank;
+        let OpKind::Send { peer: dst, bytes, .. } = self.plan.ops[send as usize].kind else {
+            unreachable!("send op")
+        };
+        let (rs, rl, lat) = self.route(src, dst)?;
+        let f = self.net.add_flow(rs, rl, bytes as f64);
+        self.transfers.push(Transfer {
+            send,
+            recv,
+            bytes,
+            started: self.now,
+        });
+        debug_assert_eq!(f as usize + 1, self.transfers.len());
+        let alpha = self.hw.comm.message_latency + lat;
+        self.schedule(self.now + alpha, Ev::FlowStart(f), send)
+    }
+
+    fn flow_start(&mut self, f: u32) -> Result<(), SimError> {
+        if self.transfers[f as usize].bytes == 0 {
+            return self.transfer_done(f);
+        }
+        self.transfers[f as usize].started = self.now;
+        let now = self.now;
+        let touched = self.net.activate(f, now).to_vec();
+        self.reschedule(&touched)
+    }
+
+    fn reschedule(&mut self, flows: &[u32]) -> Result<(), SimError> {
+        for &g in flows {
+            let fl = &mut self.net.flows[g as usize];
+            fl.version = fl.version.wrapping_add(1);
+            let (v, rem, rate) = (fl.version, fl.remaining, fl.rate);
+            let dt = if rem <= 0.0 { 0.0 } else { rem / rate };
+            let send = self.transfers[g as usize].send;
+            self.schedule(self.now + dt, Ev::FlowDone(g, v), send)?;
+        }
+        Ok(())
+    }
+
+    fn flow_done(&mut self, f: u32) -> Result<(), SimError> {
+        let now = self.now;
+        if self.opts.record_links {
+            let t = &self.transfers[f as usize];
+            let (send, bytes, started) = (t.send, t.bytes, t.started);
+            for &link in self.net.links_of(f) {
+                self.link_spans.push(LinkSpan {
+                    link,
+                    op: send,
+                    start: started,
+                    end: now,
+                    bytes,
+                });
+            }
+        }
+        let touched = self.net.finish(f, now).to_vec();
+        self.reschedule(&touched)?;
+        self.transfer_done(f)
+    }
+
+    fn transfer_done(&mut self, f: u32) -> Result<(), SimError> {
+        let (send, recv) = (self.transfers[f as usize].send, self.transfers[f as usize].recv);
+        self.op_done(send)?;
+        self.op_done(recv)
+    }
+
+    fn op_done(&mut self, op: OpId) -> Result<(), SimError> {
+        self.end[op as usize] = self.now;
+        self.done_ops += 1;
+        let (s, e) = (
+            self.dependents_start[op as usize] as usize,
+            self.dependents_start[op as usize + 1] as usize,
+        );
+        for i in s..e {
+            let l = self.dependents[i];
+            self.pending[l as usize] -= 1;
+            if self.pending[l as usize] == 0 {
+                self.start_launch(l)?;
+            }
+        }
+        let l = self.plan.ops[op as usize].launch;
+        self.remaining_ops[l as usize] -= 1;
+        if self.remaining_ops[l as usize] == 0 {
+            let stream = self.plan.launch_stream(l);
+            let next = self.pos_in_stream[l as usize] as usize + 1;
+            if let Some(&nl) = self.plan.stream_launches(stream).get(next) {
+                self.pending[nl as usize] -= 1;
+                if self.pending[nl as usize] == 0 {
+                    self.start_launch(nl)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,219 @@
+//! Flows on links, with bandwidth shared max-min fairly among the flows on each link.
+//!
+//! A rate change is re-solved only for the *component* the change touches: the flows
+//! transitively sharing a link with it. Progressive filling inside the component: the
+//! link with the smallest fair share fixes the rate of its flows, their bandwidth is
+//! subtracted everywhere else on their routes, and so on.
+
+use crate::topology::Topology;
+
+#[derive(Debug, Clone)]
+pub(super) struct Flow {
+    pub route_start: u32,
+    pub route_len: u32,
+    pub remaining: f64,
+    pub rate: f64,
+    pub last: f64,
+    pub version: u32,
+    pub active: bool,
+}
+
+pub(super) struct Network {
+    capacity: Vec<f64>,
+    on_link: Vec<Vec<u32>>,
+    pub route_links: Vec<u32>,
+    pub flows: Vec<Flow>,
+    // Scratch, reused by every solve.
+    link_stamp: Vec<u32>,
+    flow_stamp: Vec<u32>,
+    epoch: u32,
+    comp_links: Vec<u32>,
+    comp_flows: Vec<u32>,
+    cap_left: Vec<f64>,
+    unfrozen: Vec<u32>,
+    frozen: Vec<bool>,
+}
+
+impl Network {
+    pub fn new(topo: &Topology) -> Network {
+        let n = topo.link_count();
+        Network {
+            capacity: (0..n).map(|l| topo.link(l).bandwidth).collect(),
+            on_link: vec![Vec::new(); n],
+            route_links: Vec::new(),
+            flows: Vec::new(),
+            link_stamp: vec![0; n],
+            flow_stamp: Vec::new(),
+            epoch: 0,
+            comp_links: Vec::new(),
+            comp_flows: Vec::new(),
+            cap_left: vec![0.0; n],
+            unfrozen: vec![0; n],
+            frozen: Vec::new(),
+        }
+    }
+
+    pub fn links_of(&self, f: u32) -> &[u32] {
+        let fl = &self.flows[f as usize];
+        &self.route_links[fl.route_start as usize..(fl.route_start + fl.route_len) as usize]
+    }
+
+    /// A new, not yet active flow.
+    pub fn add_flow(&mut self, route_start: u32, route_len: u32, bytes: f64) -> u32 {
+        self.flows.push(Flow {
+            route_start,
+            route_len,
+            remaining: bytes,
+            rate: 0.0,
+            last: 0.0,
+            version: 0,
+            active: false,
+        });
+        self.flow_stamp.push(0);
+        self.frozen.push(false);
+        (self.flows.len() - 1) as u32
+    }
+
+    /// Put flow `f` on its links at time `now`; returns the flows whose rate was re-solved.
+    pub fn activate(&mut self, f: u32, now: f64) -> &[u32] {
+        {
+            let fl = &mut self.flows[f as usize];
+            fl.active = true;
+            fl.last = now;
+        }
+        let (s, l) = {
+            let fl = &self.flows[f as usize];
+            (fl.route_start as usize, fl.route_len as usize)
+        };
+        for i in s..s + l {
+            let link = self.route_links[i];
+            self.on_link[link as usize].push(f);
+        }
+        self.solve_from_links(s, l, now);
+        &self.comp_flows
+    }
+
+    /// Take finished flow `f` off its links; returns the flows whose rate was re-solved.
+    pub fn finish(&mut self, f: u32, now: f64) -> &[u32] {
+        let (s, l) = {
+            let fl = &mut self.flows[f as usize];
+            fl.active = false;
+            fl.remaining = 0.0;
+            (fl.route_start as usize, fl.route_len as usize)
+        };
+        for i in s..s + l {
+            let link = self.route_links[i] as usize;
+            let v = &mut self.on_link[link];
+            if let Some(p) = v.iter().position(|&x| x == f) {
+                v.remove(p);
+            }
+        }
+        self.solve_from_links(s, l, now);
+        &self.comp_flows
+    }
+
+    fn next_epoch(&mut self) -> u32 {
+        self.epoch = self.epoch.wrapping_add(1);
+        if self.epoch == 0 {
+            self.link_stamp.iter_mut().for_each(|x| *x = 0);
+            self.flow_stamp.iter_mut().for_each(|x| *x = 0);
+            self.epoch = 1;
+        }
+        self.epoch
+    }
+
+    /// Re-solve the component reachable from route links `route_links[s..s+l]`.
+    fn solve_from_links(&mut self, s: usize, l: usize, now: f64) {
+        let epoch = self.next_epoch();
+        self.comp_links.clear();
+        self.comp_flows.clear();
+        for i in s..s + l {
+            let link = self.route_links[i];
+            if self.link_stamp[link as usize] != epoch {
+                self.link_stamp[link as usize] = epoch;
+                self.comp_links.push(link);
+            }
+        }
+        // Breadth-first over link → flows → links.
+        let mut li = 0;
+        while li < self.comp_links.len() {
+            let link = self.comp_links[li] as usize;
+            li += 1;
+            for k in 0..self.on_link[link].len() {
+                let f = self.on_link[link][k];
+                if self.flow_stamp[f as usize] == epoch {
+                    continue;
+                }
+                self.flow_stamp[f as usize] = epoch;
+                self.comp_flows.push(f);
+                let fl = &self.flows[f as usize];
+                for j in fl.route_start..fl.route_start + fl.route_len {
+                    let l2 = self.route_links[j as usize];
+                    if self.link_stamp[l2 as usize] != epoch {
+                        self.link_stamp[l2 as usize] = epoch;
+                        self.comp_links.push(l2);
+                    }
+                }
+            }
+        }
+        // Bring every flow of the component up to `now` at its old rate.
+        for &f in &self.comp_flows {
+            let fl = &mut self.flows[f as usize];
+            if fl.rate.is_finite() {
+                fl.remaining = (fl.remaining - fl.rate * (now - fl.last)).max(0.0);
+            } else {
+                fl.remaining = 0.0;
+            }
+            fl.last = now;
+            self.frozen[f as usize] = false;
+        }
+        // Deterministic order regardless of discovery order.
+        self.comp_flows.sort_unstable();
+        self.comp_links.sort_unstable();
+        for &link in &self.comp_links {
+            self.cap_left[link as usize] = self.capacity[link as usize];
+            self.unfrozen[link as usize] = self.on_link[link as usize].len() as u32;
+        }
+        let mut left = self.comp_flows.len();
+        while left > 0 {
+            // The tightest link: smallest share of what is left.
+            let mut best: Option<(f64, u32)> = None;
+            for &link in &self.comp_links {
+                let u = self.unfrozen[link as usize];
+                if u == 0 {
+                    continue;
+                }
+                let share = self.cap_left[link as usize] / u as f64;
+                if share.is_finite() && best.is_none_or(|(b, _)| share < b) {
+                    best = Some((share, link));
+                }
+            }
+            let Some((share, link)) = best else {
+                // Only infinite links remain: those flows are free.
+                for &f in &self.comp_flows {
+                    if !self.frozen[f as usize] {
+                        self.frozen[f as usize] = true;
+                        self.flows[f as usize].rate = f64::INFINITY;
+                    }
+                }
+                break;
+            };
+            let share = share.max(0.0);
+            for k in 0..self.on_link[link as usize].len() {
+                let f = self.on_link[link as usize][k] as usize;
+                if self.frozen[f] {
+                    continue;
+                }
+                self.frozen[f] = true;
+                left -= 1;
+                self.flows[f].rate = share;
+                let (rs, rl) = (self.flows[f].route_start, self.flows[f].route_len);
+                for j in rs..rs + rl {
+                    let l2 = self.route_links[j as usize] as usize;
+                    self.cap_left[l2] -= share;
+                    self.unfrozen[l2] -= 1;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,20 @@
+//! flashoverlap: a discrete-event simulator and cost model of communication–computation
+//! overlap in distributed LLM training.
+//!
+//! The pipeline is `config` → [`scenario::Scenario`] → [`strategy`] → [`plan::Plan`] →
+//! [`exec::sim`] → [`timeline::Timeline`] → [`timeline::metrics`] / [`trace`] / [`report`].
+//! See `ARCHITECTURE.md` for the code map and the invariants.
+
+pub mod cli;
+pub mod config;
+pub mod cost;
+pub mod exec;
+pub mod io;
+pub mod plan;
+pub mod report;
+pub mod scenario;
+pub mod simulate;
+pub mod strategy;
+pub mod timeline;
+pub mod topology;
+pub mod trace;

@@ -1,0 +1,397 @@
+//! The Plan: the contract between strategies (which build it) and executors (which run it).
+//!
+//! A Plan holds, per rank, named in-order streams (like CUDA streams). A stream runs a
+//! sequence of *launches*; a launch is one kernel — a GEMM, an elementwise op, or a group
+//! of P2P sends and receives that start together (like an NCCL group). A launch starts
+//! when the previous launch on its stream has finished and every op it depends on has
+//! finished; it finishes when all its ops have. A send and the receive it matches (same
+//! source, destination and tag) form one transfer, which starts once both are posted
+//! (rendezvous) and completes both.
+//!
+//! Storage is flat (one `Vec` per field, CSR for lists) so a plan of millions of ops stays
+//! compact and cheap to walk.
+
+mod validate;
+
+pub use validate::PlanError;
+
+use crate::scenario::DType;
+use std::fmt;
+
+pub type OpId = u32;
+pub type StreamId = u32;
+pub type LaunchId = u32;
+
+/// What a stream is for; metrics classify time by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum StreamKind {
+    Compute,
+    Comm,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamInfo {
+    pub rank: u32,
+    pub name: String,
+    pub kind: StreamKind,
+}
+
+/// Elementwise kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EltKind {
+    /// `out = a + b` on the reduce-scatter chain.
+    Add,
+    /// The MLP activation (gated or not).
+    Activation,
+}
+
+impl EltKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            EltKind::Add => "add",
+            EltKind::Activation => "activation",
+        }
+    }
+}
+
+/// One operation. Byte counts are payload bytes; `Elementwise::bytes` is HBM traffic.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum OpKind {
+    Gemm {
+        m: u64,
+        n: u64,
+        k: u64,
+        dtype: DType,
+    },
+    Elementwise {
+        kind: EltKind,
+        bytes: u64,
+    },
+    /// A device-local copy of `bytes` (read + write).
+    Copy {
+        bytes: u64,
+    },
+    Send {
+        peer: u32,
+        bytes: u64,
+        tag: u64,
+    },
+    /// `accumulate`: the received data is reduced into the destination as it arrives (the
+    /// fused reduction of a ring reduce-scatter kernel) rather than stored.
+    Recv {
+        peer: u32,
+        bytes: u64,
+        tag: u64,
+        accumulate: bool,
+    },
+}
+
+/// Coarse class of an op, for timelines, colours and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum OpClass {
+    Gemm,
+    Add,
+    Activation,
+    Copy,
+    Send,
+    Recv,
+}
+
+impl OpClass {
+    pub const ALL: [OpClass; 6] = [
+        OpClass::Gemm,
+        OpClass::Add,
+        OpClass::Activation,
+        OpClass::Copy,
+        OpClass::Send,
+        OpClass::Recv,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            OpClass::Gemm => "gemm",
+            OpClass::Add => "add",
+            OpClass::Activation => "activation",
+            OpClass::Copy => "copy",
+            OpClass::Send => "send",
+            OpClass::Recv => "recv",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<OpClass> {
+        OpClass::ALL.into_iter().find(|c| c.name() == s)
+    }
+
+    /// Communication ops (transfers and the waits for them).
+    pub fn is_comm(self) -> bool {
+        matches!(self, OpClass::Send | OpClass::Recv)
+    }
+}
+
+impl OpKind {
+    pub fn class(&self) -> OpClass {
+        match self {
+            OpKind::Gemm { .. } => OpClass::Gemm,
+            OpKind::Elementwise {
+                kind: EltKind::Add, ..
+            } => OpClass::Add,
+            OpKind::Elementwise {
+                kind: EltKind::Activation,
+                ..
+            } => OpClass::Activation,
+            OpKind::Copy { .. } => OpClass::Copy,
+            OpKind::Send { .. } => OpClass::Send,
+            OpKind::Recv { .. } => OpClass::Recv,
+        }
+    }
+
+    /// Payload bytes the op moves (0 for GEMMs).
+    pub fn bytes(&self) -> u64 {
+        match *self {
+            OpKind::Gemm { .. } => 0,
+            OpKind::Elementwise { bytes, .. }
+            | OpKind::Copy { bytes }
+            | OpKind::Send { bytes, .. }
+            | OpKind::Recv { bytes, .. } => bytes,
+        }
+    }
+
+    pub fn flops(&self) -> f64 {
+        match *self {
+            OpKind::Gemm { m, n, k, .. } => crate::cost::gemm_flops(m, n, k),
+            _ => 0.0,
+        }
+    }
+}
+
+/// Where an op came from: the collective/GEMM site, the schedule step, the data slice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpTag {
+    pub site: u16,
+    pub step: u32,
+    pub slice: u32,
+}
+
+/// One op as stored.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Op {
+    pub rank: u32,
+    pub stream: StreamId,
+    pub launch: LaunchId,
+    pub kind: OpKind,
+    pub tag: OpTag,
+}
+
+/// A validated Plan. Build with [`PlanBuilder`].
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub ranks: u32,
+    pub streams: Vec<StreamInfo>,
+    pub ops: Vec<Op>,
+    pub sites: Vec<String>,
+    /// Useful model FLOPs of the whole plan (for MFU), as the strategy counts them.
+    pub model_flops: f64,
+    dep_start: Vec<u32>,
+    deps: Vec<OpId>,
+    launch_stream: Vec<StreamId>,
+    launch_start: Vec<u32>,
+    launch_ops: Vec<OpId>,
+    stream_start: Vec<u32>,
+    stream_launches: Vec<LaunchId>,
+    partner: Vec<OpId>,
+}
+
+pub const NO_PARTNER: OpId = OpId::MAX;
+
+impl Plan {
+    pub fn op_count(&self) -> usize {
+        self.ops.len()
+    }
+    pub fn launch_count(&self) -> usize {
+        self.launch_stream.len()
+    }
+    pub fn deps(&self, op: OpId) -> &[OpId] {
+        let i = op as usize;
+        &self.deps[self.dep_start[i] as usize..self.dep_start[i + 1] as usize]
+    }
+    pub fn launch_ops(&self, l: LaunchId) -> &[OpId] {
+        let i = l as usize;
+        &self.launch_ops[self.launch_start[i] as usize..self.launch_start[i + 1] as usize]
+    }
+    pub fn launch_stream(&self, l: LaunchId) -> StreamId {
+        self.launch_stream[l as usize]
+    }
+    pub fn stream_launches(&self, s: StreamId) -> &[LaunchId] {
+        let i = s as usize;
+        &self.stream_launches[self.stream_start[i] as usize..self.stream_start[i + 1] as usize]
+    }
+    /// The matching recv of a send, or the matching send of a recv; `NO_PARTNER` otherwise.
+    pub fn partner(&self, op: OpId) -> OpId {
+        self.partner[op as usize]
+    }
+    pub fn site_name(&self, op: OpId) -> &str {
+        &self.sites[self.ops[op as usize].tag.site as usize]
+    }
+    /// A human label, e.g. `fc1.gemm[s2]` or `fc2.send[s1]→3`.
+    pub fn label(&self, op: OpId) -> String {
+        let o = &self.ops[op as usize];
+        let site = self.site_name(op);
+        let cls = o.kind.class().name();
+        match o.kind {
+            OpKind::Send { peer, .. } => format!("{site}.{cls}[s{}]→{peer}", o.tag.slice),
+            OpKind::Recv { peer, .. } => format!("{site}.{cls}[s{}]←{peer}", o.tag.slice),
+            _ => format!("{site}.{cls}[s{}]", o.tag.slice),
+        }
+    }
+    /// Total payload bytes sent.
+    pub fn bytes_sent(&self) -> u64 {
+        self.ops
+            .iter()
+            .filter(|o| matches!(o.kind, OpKind::Send { .. }))
+            .map(|o| o.kind.bytes())
+            .fold(0u64, u64::saturating_add)
+    }
+}
+
+/// Builds a Plan op by op; `finish` validates it.
+#[derive(Debug, Clone)]
+pub struct PlanBuilder {
+    ranks: u32,
+    streams: Vec<StreamInfo>,
+    ops: Vec<Op>,
+    sites: Vec<String>,
+    dep_start: Vec<u32>,
+    deps: Vec<OpId>,
+    launch_stream: Vec<StreamId>,
+    next_tag: u64,
+    model_flops: f64,
+    limit: usize,
+}
+
+/// The most ops one plan may hold; bigger plans are refused rather than exhausting memory.
+pub const DEFAULT_OP_LIMIT: usize = 200_000_000;
+
+impl PlanBuilder {
+    pub fn new(ranks: u32) -> PlanBuilder {
+        PlanBuilder {
+            ranks,
+            streams: Vec::new(),
+            ops: Vec::new(),
+            sites: Vec::new(),
+            dep_start: vec![0],
+            deps: Vec::new(),
+            launch_stream: Vec::new(),
+            next_tag: 0,
+            model_flops: 0.0,
+            limit: DEFAULT_OP_LIMIT,
+        }
+    }
+
+    pub fn with_op_limit(mut self, limit: usize) -> PlanBuilder {
+        self.limit = limit;
+        self
+    }
+
+    pub fn ranks(&self) -> u32 {
+        self.ranks
+    }
+
+    pub fn add_model_flops(&mut self, f: f64) {
+        self.model_flops += f;
+    }
+
+    /// Declare a stream on `rank`.
+    pub fn stream(&mut self, rank: u32, name: &str, kind: StreamKind) -> StreamId {
+        self.streams.push(StreamInfo {
+            rank,
+            name: name.to_string(),
+            kind,
+        });
+        (self.streams.len() - 1) as StreamId
+    }
+
+    /// Intern a site name (e.g. `fc1`).
+    pub fn site(&mut self, name: &str) -> u16 {
+        if let Some(i) = self.sites.iter().position(|s| s == name) {
+            return i as u16;
+        }
+        self.sites.push(name.to_string());
+        (self.sites.len() - 1) as u16
+    }
+
+    /// A fresh message tag, unique in this plan.
+    pub fn msg_tag(&mut self) -> u64 {
+        self.next_tag += 1;
+        self.next_tag
+    }
+
+    /// Open a new launch on `stream`; add its ops with [`PlanBuilder::add`].
+    pub fn launch(&mut self, stream: StreamId) -> LaunchId {
+        self.launch_stream.push(stream);
+        (self.launch_stream.len() - 1) as LaunchId
+    }
+
+    /// Add an op to `launch`. Dependencies must be ops already added.
+    pub fn add(
+        &mut self,
+        launch: LaunchId,
+        kind: OpKind,
+        deps: &[OpId],
+        tag: OpTag,
+    ) -> Result<OpId, PlanError> {
+        let id = self.ops.len();
+        if id >= self.limit {
+            return Err(PlanError::TooLarge { limit: self.limit });
+        }
+        let stream = *self
+            .launch_stream
+            .get(launch as usize)
+            .ok_or(PlanError::UnknownLaunch { launch })?;
+        let rank = self.streams[stream as usize].rank;
+        for &d in deps {
+            if d as usize >= id {
+                return Err(PlanError::ForwardDependency { op: id as OpId, dep: d });
+            }
+        }
+        self.deps.extend_from_slice(deps);
+        self.dep_start.push(self.deps.len() as u32);
+        self.ops.push(Op {
+            rank,
+            stream,
+            launch,
+            kind,
+            tag,
+        });
+        Ok(id as OpId)
+    }
+
+    /// One op in a launch of its own.
+    pub fn single(
+        &mut self,
+        stream: StreamId,
+        kind: OpKind,
+        deps: &[OpId],
+        tag: OpTag,
+    ) -> Result<OpId, PlanError> {
+        let l = self.launch(stream);
+        self.add(l, kind, deps, tag)
+    }
+
+    /// Validate and freeze.
+    pub fn finish(self) -> Result<Plan, PlanError> {
+        validate::finish(self)
+    }
+}
+
+impl fmt::Display for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "plan: {} ranks, {} streams, {} launches, {} ops",
+            self.ranks,
+            self.streams.len(),
+            self.launch_count(),
+            self.ops.len()
+        )
+    }
+}

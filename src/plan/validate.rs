@@ -1,0 +1,386 @@
+//! Plan validation: every receive has exactly one send (same endpoints, tag and size), and
+//! the dependency graph — explicit dependencies, stream order and send/recv rendezvous —
+//! has no cycle, so an executor that follows it cannot deadlock.
+
+use super::*;
+use std::collections::HashMap;
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PlanError {
+    #[error("the plan would exceed {limit} ops; shrink the scenario (fewer ranks, chunks or layers)")]
+    TooLarge { limit: usize },
+    #[error("launch {launch} was never opened")]
+    UnknownLaunch { launch: LaunchId },
+    #[error("op {op} depends on op {dep}, which does not exist yet")]
+    ForwardDependency { op: OpId, dep: OpId },
+    #[error("stream `{name}` is on rank {rank}, but the plan has {ranks} ranks")]
+    StreamRank { name: String, rank: u32, ranks: u32 },
+    #[error("launch {launch} has no ops")]
+    EmptyLaunch { launch: LaunchId },
+    #[error("op {op} ({label}) names peer {peer}, which is {why}")]
+    BadPeer {
+        op: OpId,
+        label: String,
+        peer: u32,
+        why: &'static str,
+    },
+    #[error("two sends from rank {src} to rank {dst} share tag {tag}")]
+    DuplicateSend { src: u32, dst: u32, tag: u64 },
+    #[error("recv {op} ({label}) has no matching send from rank {src} with tag {tag}")]
+    UnmatchedRecv {
+        op: OpId,
+        label: String,
+        src: u32,
+        tag: u64,
+    },
+    #[error("send {op} ({label}) has no matching recv on rank {dst} with tag {tag}")]
+    UnmatchedSend {
+        op: OpId,
+        label: String,
+        dst: u32,
+        tag: u64,
+    },
+    #[error("send {send} carries {send_bytes} B but its recv {recv} expects {recv_bytes} B")]
+    SizeMismatch {
+        send: OpId,
+        recv: OpId,
+        send_bytes: u64,
+        recv_bytes: u64,
+    },
+    #[error("the plan can deadlock: launch {launch} (first op {label}, rank {rank}) waits in a cycle")]
+    Cycle {
+        launch: LaunchId,
+        label: String,
+        rank: u32,
+    },
+}
+
+fn csr(keys: impl Iterator<Item = u32> + Clone, buckets: usize) -> (Vec<u32>, Vec<u32>) {
+    let mut start = vec![0u32; buckets + 1];
+    for k in keys.clone() {
+        start[k as usize + 1] += 1;
+    }
+    for i in 0..buckets {
+        start[i + 1] += start[i];
+    }
+    let mut fill = start.clone();
+    let mut items = vec![0u32; start[buckets] as usize];
+    for (i, k) in keys.enumerate() {
+        items[fill[k as usize] as usize] = i as u32;
+        fill[k as usize] += 1;
+    }
+    (start, items)
+}
+
+pub(super) fn finish(b: PlanBuilder) -> Result<Plan, PlanError> {
+    let PlanBuilder {
+        ranks,
+        streams,
+        ops,
+        sites,
+        dep_start,
+        deps,
+        launch_stream,
+        model_flops,
+        ..
+    } = b;
+    for s in &streams {
+        if s.rank >= ranks {
+            return Err(PlanError::StreamRank {
+                name: s.name.clone(),
+                rank: s.rank,
+                ranks,
+            });
+        }
+    }
+    let nl = launch_stream.len();
+    let (launch_start, launch_ops) = csr(ops.iter().map(|o| o.launch), nl);
+    if let Some(l) = (0..nl).find(|&l| launch_start[l] == launch_start[l + 1]) {
+        return Err(PlanError::EmptyLaunch {
+            launch: l as LaunchId,
+        });
+    }
+    let (stream_start, stream_launches) = csr(launch_stream.iter().copied(), streams.len());
+
+    let mut plan = Plan {
+        ranks,
+        streams,
+        ops,
+        sites,
+        model_flops,
+        dep_start,
+        deps,
+        launch_stream,
+        launch_start,
+        launch_ops,
+        stream_start,
+        stream_launches,
+        partner: Vec::new(),
+    };
+    plan.partner = match_p2p(&plan)?;
+    check_acyclic(&plan)?;
+    Ok(plan)
+}
+
+fn match_p2p(plan: &Plan) -> Result<Vec<OpId>, PlanError> {
+    let mut partner = vec![NO_PARTNER; plan.ops.len()];
+    let mut sends: HashMap<(u32, u32, u64), OpId> = HashMap::new();
+    let check_peer = |id: usize, o: &Op, peer: u32| -> Result<(), PlanError> {
+        let why = if peer >= plan.ranks {
+            "outside the plan"
+        } else if peer == o.rank {
+            "its own rank"
+        } else {
+            return Ok(());
+        };
+        Err(PlanError::BadPeer {
+            op: id as OpId,
+            label: plan.label(id as OpId),
+            peer,
+            why,
+        })
+    };
+    for (id, o) in plan.ops.iter().enumerate() {
+        if let OpKind::Send { peer, tag, .. } = o.kind {
+            check_peer(id, o, peer)?;
+            if sends.insert((o.rank, peer, tag), id as OpId).is_some() {
+                return Err(PlanError::DuplicateSend {
+                    src: o.rank,
+                    dst: peer,
+                    tag,
+                });
+            }
+        }
+    }
+    for (id, o) in plan.ops.iter().enumerate() {
+        if let OpKind::Recv {
+            peer, tag, bytes, ..
+        } = o.kind
+        {
+            check_peer(id, o, peer)?;
+            let Some(s) = sends.remove(&(peer, o.rank, tag)) else {
+                return Err(PlanError::UnmatchedRecv {
+                    op: id as OpId,
+                    label: plan.label(id as OpId),
+                    src: peer,
+                    tag,
+                });
+            };
+            let sb = plan.ops[s as usize].kind.bytes();
+            if sb != bytes {
+                return Err(PlanError::SizeMismatch {
+                    send: s,
+                    recv: id as OpId,
+                    send_bytes: sb,
+                    recv_bytes: bytes,
+                });
+            }
+            partner[id] = s;
+            partner[s as usize] = id as OpId;
+        }
+    }
+    // Report the lowest-numbered unmatched send, independent of hash order.
+    if let Some(&s) = sends.values().min() {
+        let o = &plan.ops[s as usize];
+        let OpKind::Send { peer, tag, .. } = o.kind else {
+            unreachable!("only sends are stored")
+        };
+        return Err(PlanError::UnmatchedSend {
+            op: s,
+            label: plan.label(s),
+            dst: peer,
+            tag,
+        });
+    }
+    Ok(partner)
+}
+
+/// Kahn's algorithm over two nodes per launch, `start(L)` = 2L and `end(L)` = 2L+1.
+fn check_acyclic(plan: &Plan) -> Result<(), PlanError> {
+    let nl = plan.launch_count();
+    let mut edges: Vec<(u32, u32)> = Vec::with_capacity(nl * 2 + plan.deps.len());
+    for l in 0..nl as u32 {
+        edges.push((2 * l, 2 * l + 1));
+    }
+    for s in 0..plan.streams.len() as u32 {
+        for w in plan.stream_launches(s).windows(2) {
+            edges.push((2 * w[0] + 1, 2 * w[1]));
+        }
+    }
+    for (id, o) in plan.ops.iter().enumerate() {
+        for &d in plan.deps(id as OpId) {
+            let dl = plan.ops[d as usize].launch;
+            edges.push((2 * dl + 1, 2 * o.launch));
+        }
+        if let OpKind::Send { .. } = o.kind {
+            let r = plan.partner[id];
+            let rl = plan.ops[r as usize].launch;
+            edges.push((2 * o.launch, 2 * rl + 1));
+            edges.push((2 * rl, 2 * o.launch + 1));
+        }
+    }
+    let n = 2 * nl;
+    let (start, order) = csr(edges.iter().map(|e| e.0), n);
+    let mut indeg = vec![0u32; n];
+    for e in &edges {
+        indeg[e.1 as usize] += 1;
+    }
+    let mut stack: Vec<u32> = (0..n as u32).filter(|&v| indeg[v as usize] == 0).collect();
+    let mut seen = 0usize;
+    while let Some(v) = stack.pop() {
+        seen += 1;
+        for &ei in &order[start[v as usize] as usize..start[v as usize + 1] as usize] {
+            let t = edges[ei as usize].1 as usize;
+            indeg[t] -= 1;
+            if indeg[t] == 0 {
+                stack.push(t as u32);
+            }
+        }
+    }
+    if seen == n {
+        return Ok(());
+    }
+    let stuck = (0..n).find(|&v| indeg[v] > 0).expect("some node is unprocessed") as u32 / 2;
+    let first = plan.launch_ops(stuck)[0];
+    Err(PlanError::Cycle {
+        launch: stuck,
+        label: plan.label(first),
+        rank: plan.ops[first as usize].rank,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: OpTag = OpTag {
+        site: 0,
+        step: 0,
+        slice: 0,
+    };
+
+    fn two_ranks() -> (PlanBuilder, StreamId, StreamId) {
+        let mut b = PlanBuilder::new(2);
+        b.site("x");
+        let a = b.stream(0, "comm", StreamKind::Comm);
+        let c = b.stream(1, "comm", StreamKind::Comm);
+        (b, a, c)
+    }
+
+    #[test]
+    fn matched_pair_validates() {
+        let (mut b, a, c) = two_ranks();
+        let tag = b.msg_tag();
+        let s = b
+            .single(a, OpKind::Send { peer: 1, bytes: 8, tag }, &[], T)
+            .unwrap();
+        let r = b
+            .single(
+                c,
+                OpKind::Recv {
+                    peer: 0,
+                    bytes: 8,
+                    tag,
+                    accumulate: false,
+                },
+                &[],
+                T,
+            )
+            .unwrap();
+        let p = b.finish().unwrap();
+        assert_eq!(p.partner(s), r);
+        assert_eq!(p.partner(r), s);
+    }
+
+    #[test]
+    fn unmatched_and_mismatched_are_errors() {
+        let (mut b, a, _) = two_ranks();
+        b.single(a, OpKind::Send { peer: 1, bytes: 8, tag: 1 }, &[], T)
+            .unwrap();
+        assert!(matches!(b.finish(), Err(PlanError::UnmatchedSend { .. })));
+
+        let (mut b, a, c) = two_ranks();
+        b.single(a, OpKind::Send { peer: 1, bytes: 8, tag: 1 }, &[], T)
+            .unwrap();
+        let recv = OpKind::Recv {
+            peer: 0,
+            bytes: 4,
+            tag: 1,
+            accumulate: false,
+        };
+        b.single(c, recv, &[], T).unwrap();
+        assert!(matches!(b.finish(), Err(PlanError::SizeMismatch { .. })));
+
+        let (mut b, a, _) = two_ranks();
+        b.single(a, OpKind::Send { peer: 0, bytes: 8, tag: 1 }, &[], T)
+            .unwrap();
+        assert!(matches!(b.finish(), Err(PlanError::BadPeer { .. })));
+    }
+
+    #[test]
+    fn head_to_head_rendezvous_deadlock_is_found() {
+        // Both ranks send first, then receive, on one in-order stream each, in separate
+        // launches: each send waits for a recv queued behind the other's send.
+        let (mut b, a, c) = two_ranks();
+        for (me, peer, st) in [(0u32, 1u32, a), (1, 0, c)] {
+            b.single(
+                st,
+                OpKind::Send {
+                    peer,
+                    bytes: 8,
+                    tag: 10 + me as u64,
+                },
+                &[],
+                T,
+            )
+            .unwrap();
+            b.single(
+                st,
+                OpKind::Recv {
+                    peer,
+                    bytes: 8,
+                    tag: 10 + peer as u64,
+                    accumulate: false,
+                },
+                &[],
+                T,
+            )
+            .unwrap();
+        }
+        assert!(matches!(b.finish(), Err(PlanError::Cycle { .. })));
+    }
+
+    #[test]
+    fn grouped_exchange_is_fine() {
+        let (mut b, a, c) = two_ranks();
+        for (me, peer, st) in [(0u32, 1u32, a), (1, 0, c)] {
+            let l = b.launch(st);
+            let send = OpKind::Send {
+                peer,
+                bytes: 8,
+                tag: 10 + me as u64,
+            };
+            b.add(l, send, &[], T).unwrap();
+            let recv = OpKind::Recv {
+                peer,
+                bytes: 8,
+                tag: 10 + peer as u64,
+                accumulate: false,
+            };
+            b.add(l, recv, &[], T).unwrap();
+        }
+        b.finish().unwrap();
+    }
+
+    #[test]
+    fn op_limit_is_enforced() {
+        let (b, a, _) = two_ranks();
+        let mut b = b.with_op_limit(1);
+        let g = OpKind::Copy { bytes: 1 };
+        b.single(a, g, &[], T).unwrap();
+        assert!(matches!(
+            b.single(a, g, &[], T),
+            Err(PlanError::TooLarge { .. })
+        ));
+    }
+}

@@ -1,0 +1,172 @@
+//! Reports: the human table and the versioned JSON results document.
+
+use crate::scenario::Scenario;
+use crate::simulate::ScenarioRun;
+use serde::Serialize;
+
+pub const FORMAT: &str = "flashoverlap-results";
+pub const VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ResultsFile {
+    pub format: &'static str,
+    pub version: u32,
+    pub scenario: ScenarioSummary,
+    pub results: Vec<ResultRow>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ScenarioSummary {
+    pub name: String,
+    pub workload: String,
+    pub model: String,
+    pub hardware: String,
+    pub tp: u64,
+    pub batch: u64,
+    pub seq: u64,
+    pub tokens: u64,
+    pub dtype: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ResultRow {
+    pub strategy: String,
+    pub makespan_us: f64,
+    pub compute_us: f64,
+    pub comm_us: f64,
+    pub exposed_comm_us: f64,
+    pub max_exposed_comm_us: f64,
+    pub overlap_efficiency: Option<f64>,
+    pub mfu: Option<f64>,
+    pub speedup_vs_sequential: f64,
+    pub critical_rank: u32,
+    pub ops: usize,
+    pub events: u64,
+}
+
+pub fn summary(sc: &Scenario) -> ScenarioSummary {
+    ScenarioSummary {
+        name: sc.name.clone(),
+        workload: sc.workload.name().into(),
+        model: sc.model.name.clone(),
+        hardware: sc.hardware.name.clone(),
+        tp: sc.parallel.tp,
+        batch: sc.batch,
+        seq: sc.seq,
+        tokens: sc.tokens(),
+        dtype: sc.dtype.name().into(),
+    }
+}
+
+/// Round to 1 ps so printed figures do not carry float noise.
+fn us(seconds: f64) -> f64 {
+    (seconds * 1e12).round() / 1e6
+}
+
+fn ratio(x: f64) -> f64 {
+    (x * 1e6).round() / 1e6
+}
+
+pub fn rows(run: &ScenarioRun) -> Vec<ResultRow> {
+    run.runs
+        .iter()
+        .map(|r| {
+            let m = &r.metrics;
+            ResultRow {
+                strategy: r.strategy.to_string(),
+                makespan_us: us(m.makespan),
+                compute_us: us(m.compute),
+                comm_us: us(m.comm),
+                exposed_comm_us: us(m.exposed_comm),
+                max_exposed_comm_us: us(m.max_exposed_comm),
+                overlap_efficiency: m.overlap_efficiency.map(ratio),
+                mfu: m.mfu.map(ratio),
+                speedup_vs_sequential: if m.makespan > 0.0 {
+                    ratio(run.sequential_makespan / m.makespan)
+                } else {
+                    1.0
+                },
+                critical_rank: m.critical_rank,
+                ops: r.plan.op_count(),
+                events: r.events,
+            }
+        })
+        .collect()
+}
+
+pub fn results_file(sc: &Scenario, run: &ScenarioRun) -> ResultsFile {
+    ResultsFile {
+        format: FORMAT,
+        version: VERSION,
+        scenario: summary(sc),
+        results: rows(run),
+    }
+}
+
+pub fn json(sc: &Scenario, run: &ScenarioRun) -> String {
+    let mut s = serde_json::to_string_pretty(&results_file(sc, run)).expect("results serialize");
+    s.push('\n');
+    s
+}
+
+pub fn table(sc: &Scenario, run: &ScenarioRun) -> String {
+    let mut out = format!(
+        "scenario {}: {} of {} on {}, tp={}, {}x{} tokens, {}\n",
+        sc.name,
+        sc.workload.name(),
+        sc.model.name,
+        sc.hardware.name,
+        sc.parallel.tp,
+        sc.batch,
+        sc.seq,
+        sc.dtype
+    );
+    let header = [
+        "strategy",
+        "makespan_us",
+        "compute_us",
+        "comm_us",
+        "exposed_comm_us",
+        "speedup",
+        "mfu",
+    ];
+    let body: Vec<[String; 7]> = rows(run)
+        .into_iter()
+        .map(|r| {
+            [
+                r.strategy,
+                format!("{:.1}", r.makespan_us),
+                format!("{:.1}", r.compute_us),
+                format!("{:.1}", r.comm_us),
+                format!("{:.1}", r.exposed_comm_us),
+                format!("{:.3}x", r.speedup_vs_sequential),
+                r.mfu
+                    .map(|m| format!("{:.1}%", m * 100.0))
+                    .unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect();
+    let mut w = header.map(str::len);
+    for row in &body {
+        for (i, c) in row.iter().enumerate() {
+            w[i] = w[i].max(c.len());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut s = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i == 0 {
+                s.push_str(&format!("{c:<width$}", width = w[0]));
+            } else {
+                s.push_str(&format!("  {c:>width$}", width = w[i]));
+            }
+        }
+        s.push('\n');
+        s
+    };
+    out.push_str(&line(header.to_vec()));
+    for row in &body {
+        out.push_str(&line(row.iter().map(String::as_str).collect()));
+    }
+    out
+}

@@ -1,0 +1,305 @@
+//! Validated domain types: what a scenario *is*, independent of the files it was read from.
+//! `config` turns files into these; everything downstream reads only these.
+
+use crate::topology::Topology;
+use std::fmt;
+
+/// Element type of the tensors a scenario moves and multiplies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DType {
+    Fp8,
+    Bf16,
+    Fp16,
+    Fp32,
+}
+
+impl DType {
+    pub const ALL: [DType; 4] = [DType::Fp8, DType::Bf16, DType::Fp16, DType::Fp32];
+
+    pub fn bytes(self) -> u64 {
+        match self {
+            DType::Fp8 => 1,
+            DType::Bf16 | DType::Fp16 => 2,
+            DType::Fp32 => 4,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::Fp8 => "fp8",
+            DType::Bf16 => "bf16",
+            DType::Fp16 => "fp16",
+            DType::Fp32 => "fp32",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<DType> {
+        DType::ALL.into_iter().find(|d| d.name() == s)
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Activation of the MLP. Gated activations (SwiGLU, GeGLU) double FC1's output width.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    Gelu,
+    Relu,
+    Silu,
+    SwiGlu,
+    GeGlu,
+}
+
+impl Activation {
+    pub const ALL: [Activation; 5] = [
+        Activation::Gelu,
+        Activation::Relu,
+        Activation::Silu,
+        Activation::SwiGlu,
+        Activation::GeGlu,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Activation::Gelu => "gelu",
+            Activation::Relu => "relu",
+            Activation::Silu => "silu",
+            Activation::SwiGlu => "swiglu",
+            Activation::GeGlu => "geglu",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Activation> {
+        Activation::ALL.into_iter().find(|a| a.name() == s)
+    }
+
+    pub fn gated(self) -> bool {
+        matches!(self, Activation::SwiGlu | Activation::GeGlu)
+    }
+}
+
+/// A transformer's shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Model {
+    pub name: String,
+    pub hidden: u64,
+    pub ffn: u64,
+    pub heads: u64,
+    pub kv_heads: u64,
+    pub layers: u64,
+    pub vocab: u64,
+    pub activation: Activation,
+}
+
+impl Model {
+    /// Width of FC1's output: `ffn`, or `2·ffn` for a gated MLP (gate and up projections).
+    pub fn fc1_width(&self) -> u64 {
+        if self.activation.gated() {
+            2 * self.ffn
+        } else {
+            self.ffn
+        }
+    }
+}
+
+/// GEMM efficiency parameters of a GPU (see `cost::gemm_time`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GemmParams {
+    /// Output tile one CTA computes, rows × columns.
+    pub tile_m: u64,
+    pub tile_n: u64,
+    /// Fraction of peak FLOP/s a full wave of large tiles reaches.
+    pub efficiency: f64,
+    /// K at which the K-loop reaches half of `efficiency` (prologue/epilogue cost); 0 = none.
+    pub k_half: f64,
+    /// Fraction of HBM bandwidth a memory-bound GEMM reaches.
+    pub memory_efficiency: f64,
+    /// Fixed cost per GEMM launch, seconds.
+    pub launch: f64,
+}
+
+/// Elementwise-kernel parameters (adds, activations).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ElementwiseParams {
+    /// Fraction of HBM bandwidth reached.
+    pub efficiency: f64,
+    /// Fixed cost per launch, seconds.
+    pub launch: f64,
+}
+
+/// One GPU's compute and memory capabilities.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuSpec {
+    pub name: String,
+    pub sm_count: u64,
+    /// HBM bandwidth, bytes/s.
+    pub hbm_bandwidth: f64,
+    /// Dense peak FLOP/s by dtype; `None` where the GPU has no such tensor-core path.
+    pub peak_flops: [Option<f64>; 4],
+    pub gemm: GemmParams,
+    pub elementwise: ElementwiseParams,
+}
+
+impl GpuSpec {
+    pub fn peak(&self, dtype: DType) -> Option<f64> {
+        self.peak_flops[dtype as usize]
+    }
+}
+
+/// Communication-software parameters (on top of the links' own latencies).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommParams {
+    /// Fixed cost of one point-to-point message (launch + handshake), seconds.
+    pub message_latency: f64,
+}
+
+/// A machine: GPUs, the software costs of talking between them, and how they are wired.
+#[derive(Debug, Clone)]
+pub struct Hardware {
+    pub name: String,
+    pub gpu: GpuSpec,
+    pub comm: CommParams,
+    pub topology: Topology,
+}
+
+/// Parallelism degrees. The core simulates one tensor-parallel group with sequence
+/// parallelism (TPSP); `dp` and `ulysses` are carried for the layouts that use them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Parallel {
+    pub tp: u64,
+    pub sp: bool,
+    pub dp: u64,
+    pub ulysses: u64,
+}
+
+impl Parallel {
+    pub fn world(&self) -> u64 {
+        self.tp * self.dp * self.ulysses
+    }
+}
+
+/// What is simulated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    /// All-gather of the sequence-sharded input, then column-parallel FC1.
+    AgGemm,
+    /// Row-parallel FC2, then reduce-scatter of its output over tokens.
+    GemmRs,
+    /// The TPSP MLP block forward: AG → FC1 → activation → FC2 → RS.
+    Mlp,
+}
+
+impl Workload {
+    pub const ALL: [Workload; 3] = [Workload::AgGemm, Workload::GemmRs, Workload::Mlp];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::AgGemm => "ag-gemm",
+            Workload::GemmRs => "gemm-rs",
+            Workload::Mlp => "mlp",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Workload> {
+        Workload::ALL.into_iter().find(|w| w.name() == s)
+    }
+}
+
+/// How a collective site is overlapped with its GEMM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Strategy {
+    /// The whole collective, then the GEMM (AG), or the GEMM, then the collective (RS).
+    Sequential,
+    /// K chunks; each chunk's collective is a ring collective overlapped with the next
+    /// chunk's GEMM (comm-first for AG, compute-first for RS).
+    Chunked(u32),
+    /// Flash-AG / Flash-RS: decomposed P2P around the ring, rank-adaptive order.
+    Flash,
+}
+
+impl Strategy {
+    pub fn parse(s: &str) -> Result<Strategy, String> {
+        match s.trim() {
+            "sequential" => Ok(Strategy::Sequential),
+            "flash" => Ok(Strategy::Flash),
+            other => {
+                if let Some(k) = other.strip_prefix("chunked:") {
+                    match k.parse::<u32>() {
+                        Ok(k) if k >= 1 => Ok(Strategy::Chunked(k)),
+                        _ => Err(format!(
+                            "chunk count in `{other}` must be a positive integer (e.g. chunked:4)"
+                        )),
+                    }
+                } else if other == "chunked" {
+                    Err("`chunked` needs a chunk count, e.g. chunked:4".into())
+                } else {
+                    Err(format!(
+                        "unknown strategy `{other}` (known: sequential, chunked:K, flash)"
+                    ))
+                }
+            }
+        }
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Strategy::Sequential => f.write_str("sequential"),
+            Strategy::Chunked(k) => write!(f, "chunked:{k}"),
+            Strategy::Flash => f.write_str("flash"),
+        }
+    }
+}
+
+/// Everything one simulation needs.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub name: String,
+    pub model: Model,
+    pub hardware: Hardware,
+    pub parallel: Parallel,
+    pub batch: u64,
+    pub seq: u64,
+    pub dtype: DType,
+    pub workload: Workload,
+    pub strategies: Vec<Strategy>,
+}
+
+impl Scenario {
+    /// Tokens in the batch: the dimension TPSP shards and the collectives gather/scatter.
+    pub fn tokens(&self) -> u64 {
+        self.batch * self.seq
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strategy_round_trips() {
+        for s in ["sequential", "chunked:4", "chunked:16", "flash"] {
+            assert_eq!(Strategy::parse(s).unwrap().to_string(), s);
+        }
+    }
+
+    #[test]
+    fn strategy_errors_name_the_value() {
+        assert!(Strategy::parse("flsh").unwrap_err().contains("flsh"));
+        assert!(Strategy::parse("chunked:0").unwrap_err().contains("chunked:0"));
+        assert!(Strategy::parse("chunked:x").unwrap_err().contains("chunked:x"));
+        assert!(Strategy::parse("chunked").is_err());
+    }
+
+    #[test]
+    fn dtype_sizes() {
+        assert_eq!(DType::Bf16.bytes(), 2);
+        assert_eq!(DType::parse("fp32"), Some(DType::Fp32));
+        assert_eq!(DType::parse("int4"), None);
+    }
+}

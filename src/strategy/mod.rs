@@ -1,0 +1,146 @@
+//! Strategies build Plans. They know shapes, collectives and schedules; they never know
+//! which executor will run the Plan.
+//!
+//! A *site* is one collective next to one GEMM: `fc1` (all-gather, then the
+//! column-parallel FC1) and `fc2` (the row-parallel FC2, then reduce-scatter). Every site
+//! cuts the token dimension into *blocks* — one block for `sequential`, K for `chunked:K`,
+//! N (one per rank, block j = rank j's rows) for `flash` — and a following site consumes
+//! the blocks the previous one produced, so the MLP block is a composition of the two.
+
+mod sites;
+
+pub use sites::{Blocks, RankStreams};
+
+use crate::plan::{Plan, PlanBuilder, PlanError};
+use crate::scenario::{Scenario, Strategy, Workload};
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum StrategyError {
+    #[error("strategy `{strategy}`: {what} ({value}) is not divisible by {by}")]
+    Indivisible {
+        strategy: String,
+        what: &'static str,
+        value: u64,
+        by: u64,
+    },
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+}
+
+/// Shapes of one tensor-parallel MLP block, as one rank sees them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MlpShape {
+    /// Ranks in the tensor-parallel group (N).
+    pub ranks: u32,
+    /// Tokens (rows) of the gathered activation, M = batch × sequence.
+    pub tokens: u64,
+    pub hidden: u64,
+    /// FC1 output width over all ranks (2·ffn when gated).
+    pub fc1_width: u64,
+    /// FC2 input width over all ranks (ffn).
+    pub ffn: u64,
+    pub gated: bool,
+    pub dtype: crate::scenario::DType,
+}
+
+impl MlpShape {
+    pub fn of(sc: &Scenario) -> MlpShape {
+        MlpShape {
+            ranks: sc.parallel.tp as u32,
+            tokens: sc.tokens(),
+            hidden: sc.model.hidden,
+            fc1_width: sc.model.fc1_width(),
+            ffn: sc.model.ffn,
+            gated: sc.model.activation.gated(),
+            dtype: sc.dtype,
+        }
+    }
+}
+
+/// Number of token blocks a strategy cuts a site into.
+pub fn blocks(strategy: Strategy, ranks: u32) -> u64 {
+    match strategy {
+        Strategy::Sequential => 1,
+        Strategy::Chunked(k) => k as u64,
+        Strategy::Flash => ranks as u64,
+    }
+}
+
+fn check_div(
+    strategy: Strategy,
+    what: &'static str,
+    value: u64,
+    by: u64,
+) -> Result<(), StrategyError> {
+    if by == 0 || value % by != 0 {
+        return Err(StrategyError::Indivisible {
+            strategy: strategy.to_string(),
+            what,
+            value,
+            by,
+        });
+    }
+    Ok(())
+}
+
+/// Check that `strategy` can cut this shape evenly.
+pub fn check_shape(strategy: Strategy, s: &MlpShape) -> Result<(), StrategyError> {
+    let n = s.ranks as u64;
+    check_div(strategy, "tokens", s.tokens, n)?;
+    check_div(strategy, "fc1 width", s.fc1_width, n)?;
+    check_div(strategy, "ffn", s.ffn, n)?;
+    if let Strategy::Chunked(k) = strategy {
+        check_div(strategy, "tokens per rank", s.tokens / n, k as u64)?;
+    }
+    Ok(())
+}
+
+/// Build the Plan of `workload` under `strategy`.
+pub fn build(
+    sc: &Scenario,
+    workload: Workload,
+    strategy: Strategy,
+) -> Result<Plan, StrategyError> {
+    let shape = MlpShape::of(sc);
+    check_shape(strategy, &shape)?;
+    let mut b = PlanBuilder::new(shape.ranks);
+    let streams = RankStreams::declare(&mut b);
+    let nblocks = blocks(strategy, shape.ranks);
+    let (m, h) = (shape.tokens, shape.hidden);
+    match workload {
+        Workload::AgGemm => {
+            b.add_model_flops(crate::cost::gemm_flops(m, shape.fc1_width, h));
+            sites::ag_gemm(
+                &mut b,
+                &streams,
+                strategy,
+                "fc1",
+                &shape,
+                shape.fc1_width,
+            )?;
+        }
+        Workload::GemmRs => {
+            b.add_model_flops(crate::cost::gemm_flops(m, h, shape.ffn));
+            let ready = Blocks::inputs_ready(shape.ranks, nblocks);
+            sites::gemm_rs(&mut b, &streams, strategy, "fc2", &shape, &ready)?;
+        }
+        Workload::Mlp => {
+            b.add_model_flops(crate::cost::gemm_flops(m, shape.fc1_width, h));
+            b.add_model_flops(crate::cost::gemm_flops(m, h, shape.ffn));
+            let fc1 = sites::ag_gemm(
+                &mut b,
+                &streams,
+                strategy,
+                "fc1",
+                &shape,
+                shape.fc1_width,
+            )?;
+            let act = sites::activation(&mut b, &streams, strategy, "act", &shape, &fc1)?;
+            sites::gemm_rs(&mut b, &streams, strategy, "fc2", &shape, &act)?;
+        }
+    }
+    Ok(b.finish()?)
+}
+
+#[cfg(test)]
+mod tests;

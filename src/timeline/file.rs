@@ -1,0 +1,193 @@
+//! The on-disk form of a Timeline (JSON), versioned and separate from the domain type.
+//! Times are microseconds. `plot` and `validate` read it back.
+
+use super::{Lane, Source, Span, Timeline};
+use crate::plan::{OpClass, StreamInfo, StreamKind};
+use serde::{Deserialize, Serialize};
+
+pub const FORMAT: &str = "flashoverlap-timeline";
+pub const VERSION: u32 = 1;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimelineFile {
+    pub format: String,
+    pub version: u32,
+    pub source: String,
+    pub scenario: String,
+    pub strategy: String,
+    pub ranks: u32,
+    pub peak_flops: f64,
+    pub model_flops: f64,
+    pub streams: Vec<StreamFile>,
+    pub links: Vec<String>,
+    pub spans: Vec<SpanFile>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamFile {
+    pub rank: u32,
+    pub name: String,
+    pub kind: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpanFile {
+    /// `stream` or `link`.
+    pub lane: String,
+    /// Index into `streams` or `links`.
+    pub index: u32,
+    pub op: u32,
+    pub kind: String,
+    pub label: String,
+    pub start_us: f64,
+    pub end_us: f64,
+    pub bytes: u64,
+    pub flops: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum TimelineFileError {
+    #[error("not a flashoverlap timeline (format `{0}`)")]
+    Format(String),
+    #[error("timeline version {found} is not supported (this build reads version {VERSION})")]
+    Version { found: u32 },
+    #[error("key `{key}`: invalid value `{value}`")]
+    Invalid { key: String, value: String },
+}
+
+fn kind_name(k: StreamKind) -> &'static str {
+    match k {
+        StreamKind::Compute => "compute",
+        StreamKind::Comm => "comm",
+    }
+}
+
+impl From<&Timeline> for TimelineFile {
+    fn from(t: &Timeline) -> TimelineFile {
+        TimelineFile {
+            format: FORMAT.into(),
+            version: VERSION,
+            source: t.source.name().into(),
+            scenario: t.scenario.clone(),
+            strategy: t.strategy.clone(),
+            ranks: t.ranks,
+            peak_flops: t.peak_flops,
+            model_flops: t.model_flops,
+            streams: t
+                .streams
+                .iter()
+                .map(|s| StreamFile {
+                    rank: s.rank,
+                    name: s.name.clone(),
+                    kind: kind_name(s.kind).into(),
+                })
+                .collect(),
+            links: t.links.clone(),
+            spans: t
+                .spans
+                .iter()
+                .map(|s| {
+                    let (lane, index) = match s.lane {
+                        Lane::Stream(i) => ("stream", i),
+                        Lane::Link(i) => ("link", i),
+                    };
+                    SpanFile {
+                        lane: lane.into(),
+                        index,
+                        op: s.op,
+                        kind: s.class.name().into(),
+                        label: s.label.clone(),
+                        start_us: s.start * 1e6,
+                        end_us: s.end * 1e6,
+                        bytes: s.bytes,
+                        flops: s.flops,
+                    }
+                })
+                .collect(),
+        }
+    }
+}
+
+impl TryFrom<TimelineFile> for Timeline {
+    type Error = TimelineFileError;
+
+    fn try_from(f: TimelineFile) -> Result<Timeline, TimelineFileError> {
+        let bad = |key: String, value: String| TimelineFileError::Invalid { key, value };
+        if f.format != FORMAT {
+            return Err(TimelineFileError::Format(f.format));
+        }
+        if f.version != VERSION {
+            return Err(TimelineFileError::Version { found: f.version });
+        }
+        let source = match f.source.as_str() {
+            "predicted" => Source::Predicted,
+            "measured" => Source::Measured,
+            other => return Err(bad("source".into(), other.into())),
+        };
+        let mut streams = Vec::with_capacity(f.streams.len());
+        for (i, s) in f.streams.into_iter().enumerate() {
+            let kind = match s.kind.as_str() {
+                "compute" => StreamKind::Compute,
+                "comm" => StreamKind::Comm,
+                other => return Err(bad(format!("streams[{i}].kind"), other.into())),
+            };
+            if s.rank >= f.ranks {
+                return Err(bad(format!("streams[{i}].rank"), s.rank.to_string()));
+            }
+            streams.push(StreamInfo {
+                rank: s.rank,
+                name: s.name,
+                kind,
+            });
+        }
+        let mut spans = Vec::with_capacity(f.spans.len());
+        for (i, s) in f.spans.into_iter().enumerate() {
+            let lane = match (s.lane.as_str(), s.index) {
+                ("stream", x) if (x as usize) < streams.len() => Lane::Stream(x),
+                ("link", x) if (x as usize) < f.links.len() => Lane::Link(x),
+                (l, x) => return Err(bad(format!("spans[{i}].lane/index"), format!("{l}/{x}"))),
+            };
+            let class = OpClass::parse(&s.kind)
+                .ok_or_else(|| bad(format!("spans[{i}].kind"), s.kind.clone()))?;
+            let ok = s.start_us.is_finite() && s.end_us.is_finite() && s.end_us >= s.start_us;
+            if !ok {
+                return Err(bad(
+                    format!("spans[{i}].start_us/end_us"),
+                    format!("{}/{}", s.start_us, s.end_us),
+                ));
+            }
+            if !s.flops.is_finite() || s.flops < 0.0 {
+                return Err(bad(format!("spans[{i}].flops"), s.flops.to_string()));
+            }
+            spans.push(Span {
+                lane,
+                op: s.op,
+                class,
+                label: s.label,
+                start: s.start_us * 1e-6,
+                end: s.end_us * 1e-6,
+                bytes: s.bytes,
+                flops: s.flops,
+            });
+        }
+        for (key, v) in [("peak_flops", f.peak_flops), ("model_flops", f.model_flops)] {
+            if !v.is_finite() || v < 0.0 {
+                return Err(bad(key.into(), v.to_string()));
+            }
+        }
+        Ok(Timeline {
+            source,
+            scenario: f.scenario,
+            strategy: f.strategy,
+            ranks: f.ranks,
+            streams,
+            links: f.links,
+            spans,
+            model_flops: f.model_flops,
+            peak_flops: f.peak_flops,
+        })
+    }
+}

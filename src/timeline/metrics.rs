@@ -1,0 +1,205 @@
+//! Metrics of a Timeline.
+//!
+//! Time is classified per rank: *compute* while any GEMM, elementwise or copy op of that
+//! rank runs (on any stream), *communication* while any send or recv of that rank is in
+//! flight (posted and not complete — waiting for a peer counts). *Exposed communication*
+//! is the time during which the rank communicates and computes nothing. Per-rank figures
+//! are reported for the *critical rank*: the one whose last op ends last (lowest id on a
+//! tie), since that rank sets the makespan.
+
+use super::{Lane, Timeline};
+
+/// Sorted, disjoint intervals.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Intervals(Vec<(f64, f64)>);
+
+impl Intervals {
+    pub fn from_unsorted(mut v: Vec<(f64, f64)>) -> Intervals {
+        v.retain(|(a, b)| b > a);
+        v.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.total_cmp(&y.1)));
+        let mut out: Vec<(f64, f64)> = Vec::with_capacity(v.len());
+        for (a, b) in v {
+            match out.last_mut() {
+                Some(last) if a <= last.1 => last.1 = last.1.max(b),
+                _ => out.push((a, b)),
+            }
+        }
+        Intervals(out)
+    }
+
+    pub fn measure(&self) -> f64 {
+        self.0.iter().fold(0.0, |acc, (a, b)| acc + (b - a))
+    }
+
+    /// Measure of the intersection with `other`.
+    pub fn overlap(&self, other: &Intervals) -> f64 {
+        let (mut i, mut j, mut total) = (0, 0, 0.0);
+        while i < self.0.len() && j < other.0.len() {
+            let (a0, a1) = self.0[i];
+            let (b0, b1) = other.0[j];
+            let lo = a0.max(b0);
+            let hi = a1.min(b1);
+            if hi > lo {
+                total += hi - lo;
+            }
+            if a1 < b1 {
+                i += 1;
+            } else {
+                j += 1;
+            }
+        }
+        total
+    }
+
+    pub fn as_slice(&self) -> &[(f64, f64)] {
+        &self.0
+    }
+}
+
+/// Per-rank breakdown.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RankMetrics {
+    pub rank: u32,
+    pub end: f64,
+    pub compute: f64,
+    pub comm: f64,
+    pub exposed_comm: f64,
+    pub exposed: Intervals,
+}
+
+/// The headline figures of one run. Times in seconds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Metrics {
+    pub makespan: f64,
+    pub critical_rank: u32,
+    /// Busy compute time of the critical rank.
+    pub compute: f64,
+    /// Busy communication time of the critical rank.
+    pub comm: f64,
+    /// Communication time of the critical rank not covered by compute.
+    pub exposed_comm: f64,
+    /// Largest exposed communication of any rank.
+    pub max_exposed_comm: f64,
+    /// Share of the critical rank's communication hidden under compute; `None` without
+    /// communication.
+    pub overlap_efficiency: Option<f64>,
+    /// Model FLOPs / (makespan × ranks × peak); `None` when undefined.
+    pub mfu: Option<f64>,
+    pub ranks: Vec<RankMetrics>,
+}
+
+pub fn rank_metrics(tl: &Timeline) -> Vec<RankMetrics> {
+    let n = tl.ranks as usize;
+    let mut compute: Vec<Vec<(f64, f64)>> = vec![Vec::new(); n];
+    let mut comm: Vec<Vec<(f64, f64)>> = vec![Vec::new(); n];
+    let mut end = vec![0.0f64; n];
+    for s in &tl.spans {
+        let Lane::Stream(st) = s.lane else { continue };
+        let r = tl.streams[st as usize].rank as usize;
+        end[r] = end[r].max(s.end);
+        if s.class.is_comm() {
+            comm[r].push((s.start, s.end));
+        } else {
+            compute[r].push((s.start, s.end));
+        }
+    }
+    (0..n)
+        .map(|r| {
+            let c = Intervals::from_unsorted(std::mem::take(&mut compute[r]));
+            let m = Intervals::from_unsorted(std::mem::take(&mut comm[r]));
+            let cm = m.measure();
+            let exposed = subtract(&m, &c);
+            RankMetrics {
+                rank: r as u32,
+                end: end[r],
+                compute: c.measure(),
+                comm: cm,
+                exposed_comm: exposed.measure(),
+                exposed,
+            }
+        })
+        .collect()
+}
+
+/// `a \ b` for sorted disjoint interval sets.
+fn subtract(a: &Intervals, b: &Intervals) -> Intervals {
+    let mut out = Vec::new();
+    let mut j = 0;
+    for &(mut lo, hi) in a.as_slice() {
+        while j < b.0.len() && b.0[j].1 <= lo {
+            j += 1;
+        }
+        let mut k = j;
+        while k < b.0.len() && b.0[k].0 < hi {
+            let (b0, b1) = b.0[k];
+            if b0 > lo {
+                out.push((lo, b0));
+            }
+            lo = lo.max(b1);
+            if lo >= hi {
+                break;
+            }
+            k += 1;
+        }
+        if lo < hi {
+            out.push((lo, hi));
+        }
+    }
+    Intervals(out)
+}
+
+pub fn metrics(tl: &Timeline) -> Metrics {
+    let ranks = rank_metrics(tl);
+    let mut crit = 0usize;
+    for (i, r) in ranks.iter().enumerate() {
+        if r.end > ranks[crit].end {
+            crit = i;
+        }
+    }
+    let makespan = tl.spans.iter().map(|s| s.end).fold(0.0, f64::max);
+    let (compute, comm, exposed) = ranks
+        .get(crit)
+        .map(|r| (r.compute, r.comm, r.exposed_comm))
+        .unwrap_or((0.0, 0.0, 0.0));
+    let max_exposed = ranks.iter().map(|r| r.exposed_comm).fold(0.0, f64::max);
+    let overlap_efficiency = (comm > 0.0).then(|| ((comm - exposed) / comm).clamp(0.0, 1.0));
+    let denom = makespan * tl.ranks as f64 * tl.peak_flops;
+    let mfu = (denom > 0.0 && denom.is_finite() && tl.model_flops.is_finite())
+        .then(|| tl.model_flops / denom);
+    Metrics {
+        makespan,
+        critical_rank: crit as u32,
+        compute,
+        comm,
+        exposed_comm: exposed,
+        max_exposed_comm: max_exposed,
+        overlap_efficiency,
+        mfu,
+        ranks,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn union_and_overlap() {
+        let a = Intervals::from_unsorted(vec![(3.0, 5.0), (0.0, 2.0), (1.0, 2.5)]);
+        assert_eq!(a.as_slice(), &[(0.0, 2.5), (3.0, 5.0)]);
+        assert_eq!(a.measure(), 4.5);
+        let b = Intervals::from_unsorted(vec![(2.0, 4.0)]);
+        assert_eq!(a.overlap(&b), 1.5);
+        assert_eq!(subtract(&a, &b).as_slice(), &[(0.0, 2.0), (4.0, 5.0)]);
+        assert_eq!(subtract(&b, &a).as_slice(), &[(2.5, 3.0)]);
+    }
+
+    #[test]
+    fn subtract_handles_containment() {
+        let a = Intervals::from_unsorted(vec![(0.0, 10.0)]);
+        let b = Intervals::from_unsorted(vec![(1.0, 2.0), (3.0, 4.0), (9.0, 12.0)]);
+        let d = subtract(&a, &b);
+        assert_eq!(d.as_slice(), &[(0.0, 1.0), (2.0, 3.0), (4.0, 9.0)]);
+        assert!((d.measure() + a.overlap(&b) - a.measure()).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,136 @@
+//! The Timeline: one schema for predicted and measured runs. A span is one op on one
+//! stream of one rank (or one transfer on one link), with start and end in seconds.
+//! Comparing a prediction with a measurement is a join on op id.
+
+pub mod file;
+pub mod metrics;
+
+use crate::exec::sim::SimResult;
+use crate::plan::{OpClass, OpId, Plan, StreamInfo};
+use crate::topology::Topology;
+
+/// Where a span runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Lane {
+    /// Index into [`Timeline::streams`].
+    Stream(u32),
+    /// Index into [`Timeline::links`].
+    Link(u32),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Span {
+    pub lane: Lane,
+    pub op: OpId,
+    pub class: OpClass,
+    pub label: String,
+    pub start: f64,
+    pub end: f64,
+    pub bytes: u64,
+    pub flops: f64,
+}
+
+/// Whether a timeline was predicted by the simulator or measured on hardware.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Predicted,
+    Measured,
+}
+
+impl Source {
+    pub fn name(self) -> &'static str {
+        match self {
+            Source::Predicted => "predicted",
+            Source::Measured => "measured",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Timeline {
+    pub source: Source,
+    pub scenario: String,
+    pub strategy: String,
+    pub ranks: u32,
+    pub streams: Vec<StreamInfo>,
+    pub links: Vec<String>,
+    /// Stream spans in op-id order, then link spans in completion order.
+    pub spans: Vec<Span>,
+    pub model_flops: f64,
+    /// Peak FLOP/s of one GPU for the run's dtype (for MFU).
+    pub peak_flops: f64,
+}
+
+impl Timeline {
+    /// Build the predicted timeline of `plan` from a simulation result.
+    pub fn predicted(
+        scenario: &str,
+        strategy: &str,
+        plan: &Plan,
+        topo: &Topology,
+        sim: &SimResult,
+        peak_flops: f64,
+    ) -> Timeline {
+        let mut spans = Vec::with_capacity(plan.op_count() + sim.link_spans.len());
+        for (id, o) in plan.ops.iter().enumerate() {
+            spans.push(Span {
+                lane: Lane::Stream(o.stream),
+                op: id as OpId,
+                class: o.kind.class(),
+                label: plan.label(id as OpId),
+                start: sim.start[id],
+                end: sim.end[id],
+                bytes: o.kind.bytes(),
+                flops: o.kind.flops(),
+            });
+        }
+        // Only links that carried something get a lane, numbered in first-use order.
+        let mut link_index = std::collections::HashMap::new();
+        let mut links = Vec::new();
+        for ls in &sim.link_spans {
+            let idx = *link_index.entry(ls.link).or_insert_with(|| {
+                links.push(topo.link_name(ls.link as usize));
+                links.len() as u32 - 1
+            });
+            spans.push(Span {
+                lane: Lane::Link(idx),
+                op: ls.op,
+                class: OpClass::Send,
+                label: plan.label(ls.op),
+                start: ls.start,
+                end: ls.end,
+                bytes: ls.bytes,
+                flops: 0.0,
+            });
+        }
+        Timeline {
+            source: Source::Predicted,
+            scenario: scenario.to_string(),
+            strategy: strategy.to_string(),
+            ranks: plan.ranks,
+            streams: plan.streams.clone(),
+            links,
+            spans,
+            model_flops: plan.model_flops,
+            peak_flops,
+        }
+    }
+
+    /// Rank of a stream span, `None` for link spans.
+    pub fn rank_of(&self, span: &Span) -> Option<u32> {
+        match span.lane {
+            Lane::Stream(s) => Some(self.streams[s as usize].rank),
+            Lane::Link(_) => None,
+        }
+    }
+
+    pub fn lane_name(&self, lane: Lane) -> String {
+        match lane {
+            Lane::Stream(s) => {
+                let st = &self.streams[s as usize];
+                format!("rank {} {}", st.rank, st.name)
+            }
+            Lane::Link(l) => format!("link {}", self.links[l as usize]),
+        }
+    }
+}

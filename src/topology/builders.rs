@@ -1,0 +1,226 @@
+//! Builders for the common shapes, so a hardware profile names a shape and a few numbers.
+
+use super::{Device, DeviceKind, Link, Topology, TopologyError};
+
+/// Bandwidth (bytes/s, per direction) and latency (s) of one kind of link.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LinkSpec {
+    pub bandwidth: f64,
+    pub latency: f64,
+}
+
+impl LinkSpec {
+    fn link(self) -> Link {
+        Link {
+            bandwidth: self.bandwidth,
+            latency: self.latency,
+        }
+    }
+}
+
+fn gpu_devices(n: u64) -> Vec<Device> {
+    (0..n)
+        .map(|i| Device {
+            kind: DeviceKind::Gpu,
+            name: format!("gpu{i}"),
+        })
+        .collect()
+}
+
+fn both(a: &str, b: &str, l: LinkSpec, out: &mut Vec<(String, String, Link)>) {
+    out.push((a.to_string(), b.to_string(), l.link()));
+    out.push((b.to_string(), a.to_string(), l.link()));
+}
+
+fn at_least(what: &'static str, min: u64, value: u64) -> Result<(), TopologyError> {
+    if value < min {
+        return Err(TopologyError::BadCount { what, min, value });
+    }
+    Ok(())
+}
+
+impl Topology {
+    /// `gpus` GPUs, each with one port of `link` bandwidth per direction into one logical
+    /// NVSwitch fabric (the 4 NVSwitch chips of an HGX board act as one non-blocking
+    /// switch). A GPU-to-GPU message crosses two links.
+    pub fn nvswitch(name: &str, gpus: u64, link: LinkSpec) -> Result<Topology, TopologyError> {
+        at_least("gpus", 1, gpus)?;
+        let mut devices = gpu_devices(gpus);
+        devices.push(Device {
+            kind: DeviceKind::NvSwitch,
+            name: "nvswitch".into(),
+        });
+        let mut links = Vec::with_capacity(2 * gpus as usize);
+        for i in 0..gpus {
+            both(&format!("gpu{i}"), "nvswitch", link, &mut links);
+        }
+        Topology::from_parts(name, devices, links)
+    }
+
+    /// `n` GPUs in a ring, GPU i joined to GPU i+1 (both directions) by its own link.
+    pub fn ring(name: &str, n: u64, link: LinkSpec) -> Result<Topology, TopologyError> {
+        at_least("gpus", 1, n)?;
+        let devices = gpu_devices(n);
+        let mut links = Vec::with_capacity(2 * n as usize);
+        if n == 2 {
+            both("gpu0", "gpu1", link, &mut links);
+        } else if n > 2 {
+            for i in 0..n {
+                both(
+                    &format!("gpu{i}"),
+                    &format!("gpu{}", (i + 1) % n),
+                    link,
+                    &mut links,
+                );
+            }
+        }
+        Topology::from_parts(name, devices, links)
+    }
+
+    /// `n` GPUs, every pair joined by its own link (HCCS-style full mesh).
+    pub fn full_mesh(name: &str, n: u64, link: LinkSpec) -> Result<Topology, TopologyError> {
+        at_least("gpus", 1, n)?;
+        let devices = gpu_devices(n);
+        let mut links = Vec::new();
+        for i in 0..n {
+            for j in i + 1..n {
+                both(&format!("gpu{i}"), &format!("gpu{j}"), link, &mut links);
+            }
+        }
+        Topology::from_parts(name, devices, links)
+    }
+
+    /// A PCIe tree: `spec.sockets` CPUs joined pairwise by socket links (UPI/xGMI), each
+    /// with `spec.switches_per_socket` PCIe switches, GPUs spread evenly over the switches.
+    /// GPU↔switch, switch↔CPU (uplink) and CPU↔CPU are separate, shareable links.
+    pub fn pcie_tree(name: &str, spec: &PcieTreeSpec) -> Result<Topology, TopologyError> {
+        at_least("gpus", 1, spec.gpus)?;
+        at_least("sockets", 1, spec.sockets)?;
+        at_least("switches_per_socket", 1, spec.switches_per_socket)?;
+        let switches = spec.sockets * spec.switches_per_socket;
+        let mut devices = gpu_devices(spec.gpus);
+        let mut links = Vec::new();
+        for s in 0..spec.sockets {
+            devices.push(Device {
+                kind: DeviceKind::Cpu,
+                name: format!("cpu{s}"),
+            });
+        }
+        for w in 0..switches {
+            let sw = format!("pcie{w}");
+            devices.push(Device {
+                kind: DeviceKind::PcieSwitch,
+                name: sw.clone(),
+            });
+            both(
+                &sw,
+                &format!("cpu{}", w / spec.switches_per_socket),
+                spec.uplink,
+                &mut links,
+            );
+        }
+        for g in 0..spec.gpus {
+            // Contiguous blocks: GPUs 0..k on switch 0, and so on.
+            let w = g * switches / spec.gpus;
+            both(&format!("gpu{g}"), &format!("pcie{w}"), spec.gpu_link, &mut links);
+        }
+        for a in 0..spec.sockets {
+            for b in a + 1..spec.sockets {
+                both(
+                    &format!("cpu{a}"),
+                    &format!("cpu{b}"),
+                    spec.socket_link,
+                    &mut links,
+                );
+            }
+        }
+        Topology::from_parts(name, devices, links)
+    }
+}
+
+/// Shape and link figures of a PCIe tree.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PcieTreeSpec {
+    pub gpus: u64,
+    pub sockets: u64,
+    pub switches_per_socket: u64,
+    pub gpu_link: LinkSpec,
+    pub uplink: LinkSpec,
+    pub socket_link: LinkSpec,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::Router;
+
+    const NV: LinkSpec = LinkSpec {
+        bandwidth: 370e9,
+        latency: 0.5e-6,
+    };
+
+    #[test]
+    fn nvswitch_routes_cross_two_links() {
+        let t = Topology::nvswitch("n", 8, NV).unwrap();
+        assert_eq!(t.gpu_count(), 8);
+        let mut r = Router::new(&t);
+        let route = r.route(0, 5).unwrap();
+        assert_eq!(route.links.len(), 2);
+        assert!((route.latency - 1e-6).abs() < 1e-15);
+        assert_eq!(route.bottleneck, 370e9);
+    }
+
+    #[test]
+    fn ring_takes_the_short_way() {
+        let t = Topology::ring("r", 8, NV).unwrap();
+        let mut r = Router::new(&t);
+        assert_eq!(r.route(0, 1).unwrap().links.len(), 1);
+        assert_eq!(r.route(0, 7).unwrap().links.len(), 1);
+        assert_eq!(r.route(0, 3).unwrap().links.len(), 3);
+        assert_eq!(r.route(0, 5).unwrap().links.len(), 3);
+    }
+
+    #[test]
+    fn pcie_cross_socket_goes_through_the_socket_link() {
+        let g4 = LinkSpec {
+            bandwidth: 25e9,
+            latency: 1e-6,
+        };
+        let spec = PcieTreeSpec {
+            gpus: 8,
+            sockets: 2,
+            switches_per_socket: 1,
+            gpu_link: g4,
+            uplink: g4,
+            socket_link: LinkSpec {
+                bandwidth: 20e9,
+                latency: 1e-6,
+            },
+        };
+        let t = Topology::pcie_tree("p", &spec).unwrap();
+        let mut r = Router::new(&t);
+        let same = r.route(0, 1).unwrap().clone();
+        assert_eq!(same.links.len(), 2);
+        let cross = r.route(0, 7).unwrap();
+        assert_eq!(cross.links.len(), 5);
+        assert_eq!(cross.bottleneck, 20e9);
+        let names: Vec<String> = cross.links.iter().map(|&l| t.link_name(l as usize)).collect();
+        assert!(names.contains(&"cpu0->cpu1".to_string()), "{names:?}");
+    }
+
+    #[test]
+    fn full_mesh_is_one_hop() {
+        let t = Topology::full_mesh("m", 8, NV).unwrap();
+        assert_eq!(t.link_count(), 56);
+        let mut r = Router::new(&t);
+        assert_eq!(r.route(2, 6).unwrap().links.len(), 1);
+    }
+
+    #[test]
+    fn zero_gpus_is_an_error() {
+        assert!(matches!(
+            Topology::ring("r", 0, NV),
+            Err(TopologyError::BadCount { .. })
+        ));
+    }
+}

@@ -291,8 +291,16 @@ mod tests {
     #[test]
     fn strategy_errors_name_the_value() {
         assert!(Strategy::parse("flsh").unwrap_err().contains("flsh"));
-        assert!(Strategy::parse("chunked:0").unwrap_err().contains("chunked:0"));
-        assert!(Strategy::parse("chunked:x").unwrap_err().contains("chunked:x"));
+        assert!(
+            Strategy::parse("chunked:0")
+                .unwrap_err()
+                .contains("chunked:0")
+        );
+        assert!(
+            Strategy::parse("chunked:x")
+                .unwrap_err()
+                .contains("chunked:x")
+        );
         assert!(Strategy::parse("chunked").is_err());
     }
 

@@ -4,8 +4,8 @@ use crate::exec::sim::{self, SimError, SimOptions};
 use crate::plan::Plan;
 use crate::scenario::{Scenario, Strategy};
 use crate::strategy::{self, StrategyError};
-use crate::timeline::metrics::{Metrics, metrics};
 use crate::timeline::Timeline;
+use crate::timeline::metrics::{Metrics, metrics};
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum RunError {
@@ -40,11 +40,9 @@ pub fn run_strategy(
     opts: &SimOptions,
 ) -> Result<StrategyRun, RunError> {
     let name = strategy.to_string();
-    let plan = strategy::build(sc, sc.workload, strategy).map_err(|source| {
-        RunError::Strategy {
-            strategy: name.clone(),
-            source,
-        }
+    let plan = strategy::build(sc, sc.workload, strategy).map_err(|source| RunError::Strategy {
+        strategy: name.clone(),
+        source,
     })?;
     let res = sim::simulate(&plan, &sc.hardware, opts).map_err(|source| RunError::Sim {
         strategy: name.clone(),
@@ -81,7 +79,9 @@ pub fn run_scenario(sc: &Scenario, opts: &SimOptions) -> Result<ScenarioRun, Run
                 record_links: false,
                 ..opts.clone()
             };
-            run_strategy(sc, Strategy::Sequential, &quiet)?.metrics.makespan
+            run_strategy(sc, Strategy::Sequential, &quiet)?
+                .metrics
+                .makespan
         }
     };
     Ok(ScenarioRun {

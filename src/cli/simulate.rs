@@ -124,10 +124,15 @@ pub fn run(a: Args) -> Result<(), CliError> {
     let table = report::table(&sc, &run);
     let json = report::json(&sc, &run);
     let timelines: Vec<_> = run.runs.iter().map(|r| &r.timeline).collect();
-    let trace_json = (a.trace.is_some() || a.out.is_some()).then(|| trace::chrome_trace(&timelines));
+    let trace_json =
+        (a.trace.is_some() || a.out.is_some()).then(|| trace::chrome_trace(&timelines));
     if let Some(path) = &a.trace {
-        write_atomic(path, trace_json.as_deref().unwrap_or_default().as_bytes(), a.force)
-            .map_err(CliError::output)?;
+        write_atomic(
+            path,
+            trace_json.as_deref().unwrap_or_default().as_bytes(),
+            a.force,
+        )
+        .map_err(CliError::output)?;
     }
     if let Some(dir) = &a.out {
         std::fs::create_dir_all(dir).map_err(|source| {
@@ -139,13 +144,19 @@ pub fn run(a: Args) -> Result<(), CliError> {
         let mut files = vec![
             ("results.json".to_string(), json.clone()),
             ("table.txt".to_string(), table.clone()),
-            ("trace.json".to_string(), trace_json.clone().unwrap_or_default()),
+            (
+                "trace.json".to_string(),
+                trace_json.clone().unwrap_or_default(),
+            ),
         ];
         for r in &run.runs {
             let tf = TimelineFile::from(&r.timeline);
             let mut s = serde_json::to_string(&tf).expect("timeline serializes");
             s.push('\n');
-            files.push((format!("timeline-{}.json", file_stem(&r.strategy.to_string())), s));
+            files.push((
+                format!("timeline-{}.json", file_stem(&r.strategy.to_string())),
+                s,
+            ));
         }
         for (name, body) in files {
             write_atomic(&dir.join(name), body.as_bytes(), a.force).map_err(CliError::output)?;

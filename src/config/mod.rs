@@ -170,7 +170,9 @@ mod tests {
 
     #[test]
     fn missing_file_names_the_path() {
-        let e = load_model("no/such/model.toml", None).unwrap_err().to_string();
+        let e = load_model("no/such/model.toml", None)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no/such/model.toml"), "{e}");
     }
 }

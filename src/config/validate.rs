@@ -22,7 +22,12 @@ fn version(file: &str, v: u32) -> R<()> {
 
 fn positive(file: &str, key: &str, v: i64) -> R<u64> {
     if v <= 0 {
-        return Err(ConfigError::invalid(file, key, v, "must be a positive integer"));
+        return Err(ConfigError::invalid(
+            file,
+            key,
+            v,
+            "must be a positive integer",
+        ));
     }
     Ok(v as u64)
 }
@@ -177,7 +182,11 @@ fn link_spec(file: &str, kind: &str, bw: &str, lat: &str, t: &TopologyFile) -> R
             _ => None,
         }
     };
-    let b = positive_f(file, &format!("topology.{bw}"), req(file, kind, bw, get(bw))?)?;
+    let b = positive_f(
+        file,
+        &format!("topology.{bw}"),
+        req(file, kind, bw, get(bw))?,
+    )?;
     let l = non_negative_f(file, &format!("topology.{lat}"), get(lat).unwrap_or(0.0))?;
     Ok(LinkSpec {
         bandwidth: b * 1e9,
@@ -248,8 +257,11 @@ fn topology_from_file(file: &str, name: &str, t: &TopologyFile) -> R<Topology> {
             let mut links = Vec::with_capacity(t.links.len() * 2);
             for (i, l) in t.links.iter().enumerate() {
                 let bw = positive_f(file, &format!("topology.links[{i}].gbps"), l.gbps)?;
-                let lat =
-                    non_negative_f(file, &format!("topology.links[{i}].latency_us"), l.latency_us)?;
+                let lat = non_negative_f(
+                    file,
+                    &format!("topology.links[{i}].latency_us"),
+                    l.latency_us,
+                )?;
                 let link = Link {
                     bandwidth: bw * 1e9,
                     latency: lat * 1e-6,
@@ -347,7 +359,10 @@ pub fn scenario_from_file(
             &at("parallel.sp"),
             "parallel.sp",
             false,
-            format!("workload `{}` is simulated with sequence parallelism (TPSP) only", workload.name()),
+            format!(
+                "workload `{}` is simulated with sequence parallelism (TPSP) only",
+                workload.name()
+            ),
         ));
     }
     for (key, v) in [("parallel.dp", dp), ("parallel.ulysses", ulysses)] {
@@ -356,7 +371,10 @@ pub fn scenario_from_file(
                 &at(key),
                 key,
                 v,
-                format!("workload `{}` simulates one tensor-parallel group; only 1 is supported", workload.name()),
+                format!(
+                    "workload `{}` simulates one tensor-parallel group; only 1 is supported",
+                    workload.name()
+                ),
             ));
         }
     }
@@ -368,9 +386,9 @@ pub fn scenario_from_file(
             format!("must divide the model's {} attention heads", model.heads),
         ));
     }
-    let tokens = batch.checked_mul(seq).ok_or_else(|| {
-        ConfigError::invalid(&at("seq"), "seq", seq, "batch × seq overflows")
-    })?;
+    let tokens = batch
+        .checked_mul(seq)
+        .ok_or_else(|| ConfigError::invalid(&at("seq"), "seq", seq, "batch × seq overflows"))?;
     if tokens % tp != 0 {
         return Err(ConfigError::invalid(
             &at("parallel.tp"),

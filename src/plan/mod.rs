@@ -350,7 +350,10 @@ impl PlanBuilder {
         let rank = self.streams[stream as usize].rank;
         for &d in deps {
             if d as usize >= id {
-                return Err(PlanError::ForwardDependency { op: id as OpId, dep: d });
+                return Err(PlanError::ForwardDependency {
+                    op: id as OpId,
+                    dep: d,
+                });
             }
         }
         self.deps.extend_from_slice(deps);

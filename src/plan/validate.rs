@@ -7,7 +7,9 @@ use std::collections::HashMap;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum PlanError {
-    #[error("the plan would exceed {limit} ops; shrink the scenario (fewer ranks, chunks or layers)")]
+    #[error(
+        "the plan would exceed {limit} ops; shrink the scenario (fewer ranks, chunks or layers)"
+    )]
     TooLarge { limit: usize },
     #[error("launch {launch} was never opened")]
     UnknownLaunch { launch: LaunchId },
@@ -47,7 +49,9 @@ pub enum PlanError {
         send_bytes: u64,
         recv_bytes: u64,
     },
-    #[error("the plan can deadlock: launch {launch} (first op {label}, rank {rank}) waits in a cycle")]
+    #[error(
+        "the plan can deadlock: launch {launch} (first op {label}, rank {rank}) waits in a cycle"
+    )]
     Cycle {
         launch: LaunchId,
         label: String,
@@ -240,7 +244,10 @@ fn check_acyclic(plan: &Plan) -> Result<(), PlanError> {
     if seen == n {
         return Ok(());
     }
-    let stuck = (0..n).find(|&v| indeg[v] > 0).expect("some node is unprocessed") as u32 / 2;
+    let stuck = (0..n)
+        .find(|&v| indeg[v] > 0)
+        .expect("some node is unprocessed") as u32
+        / 2;
     let first = plan.launch_ops(stuck)[0];
     Err(PlanError::Cycle {
         launch: stuck,
@@ -272,7 +279,16 @@ mod tests {
         let (mut b, a, c) = two_ranks();
         let tag = b.msg_tag();
         let s = b
-            .single(a, OpKind::Send { peer: 1, bytes: 8, tag }, &[], T)
+            .single(
+                a,
+                OpKind::Send {
+                    peer: 1,
+                    bytes: 8,
+                    tag,
+                },
+                &[],
+                T,
+            )
             .unwrap();
         let r = b
             .single(
@@ -295,13 +311,31 @@ mod tests {
     #[test]
     fn unmatched_and_mismatched_are_errors() {
         let (mut b, a, _) = two_ranks();
-        b.single(a, OpKind::Send { peer: 1, bytes: 8, tag: 1 }, &[], T)
-            .unwrap();
+        b.single(
+            a,
+            OpKind::Send {
+                peer: 1,
+                bytes: 8,
+                tag: 1,
+            },
+            &[],
+            T,
+        )
+        .unwrap();
         assert!(matches!(b.finish(), Err(PlanError::UnmatchedSend { .. })));
 
         let (mut b, a, c) = two_ranks();
-        b.single(a, OpKind::Send { peer: 1, bytes: 8, tag: 1 }, &[], T)
-            .unwrap();
+        b.single(
+            a,
+            OpKind::Send {
+                peer: 1,
+                bytes: 8,
+                tag: 1,
+            },
+            &[],
+            T,
+        )
+        .unwrap();
         let recv = OpKind::Recv {
             peer: 0,
             bytes: 4,
@@ -312,8 +346,17 @@ mod tests {
         assert!(matches!(b.finish(), Err(PlanError::SizeMismatch { .. })));
 
         let (mut b, a, _) = two_ranks();
-        b.single(a, OpKind::Send { peer: 0, bytes: 8, tag: 1 }, &[], T)
-            .unwrap();
+        b.single(
+            a,
+            OpKind::Send {
+                peer: 0,
+                bytes: 8,
+                tag: 1,
+            },
+            &[],
+            T,
+        )
+        .unwrap();
         assert!(matches!(b.finish(), Err(PlanError::BadPeer { .. })));
     }
 

@@ -96,11 +96,7 @@ pub fn check_shape(strategy: Strategy, s: &MlpShape) -> Result<(), StrategyError
 }
 
 /// Build the Plan of `workload` under `strategy`.
-pub fn build(
-    sc: &Scenario,
-    workload: Workload,
-    strategy: Strategy,
-) -> Result<Plan, StrategyError> {
+pub fn build(sc: &Scenario, workload: Workload, strategy: Strategy) -> Result<Plan, StrategyError> {
     let shape = MlpShape::of(sc);
     check_shape(strategy, &shape)?;
     let mut b = PlanBuilder::new(shape.ranks);
@@ -110,14 +106,7 @@ pub fn build(
     match workload {
         Workload::AgGemm => {
             b.add_model_flops(crate::cost::gemm_flops(m, shape.fc1_width, h));
-            sites::ag_gemm(
-                &mut b,
-                &streams,
-                strategy,
-                "fc1",
-                &shape,
-                shape.fc1_width,
-            )?;
+            sites::ag_gemm(&mut b, &streams, strategy, "fc1", &shape, shape.fc1_width)?;
         }
         Workload::GemmRs => {
             b.add_model_flops(crate::cost::gemm_flops(m, h, shape.ffn));
@@ -127,14 +116,7 @@ pub fn build(
         Workload::Mlp => {
             b.add_model_flops(crate::cost::gemm_flops(m, shape.fc1_width, h));
             b.add_model_flops(crate::cost::gemm_flops(m, h, shape.ffn));
-            let fc1 = sites::ag_gemm(
-                &mut b,
-                &streams,
-                strategy,
-                "fc1",
-                &shape,
-                shape.fc1_width,
-            )?;
+            let fc1 = sites::ag_gemm(&mut b, &streams, strategy, "fc1", &shape, shape.fc1_width)?;
             let act = sites::activation(&mut b, &streams, strategy, "act", &shape, &fc1)?;
             sites::gemm_rs(&mut b, &streams, strategy, "fc2", &shape, &act)?;
         }

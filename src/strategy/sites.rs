@@ -76,7 +76,11 @@ fn ring(
         for r in 0..n {
             let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
             let l = b.launch(st.comm[r as usize]);
-            let d = if k == 0 { deps(first[r as usize]) } else { vec![] };
+            let d = if k == 0 {
+                deps(first[r as usize])
+            } else {
+                vec![]
+            };
             let block = (r + n * 2 - k - off) % n;
             b.add(
                 l,

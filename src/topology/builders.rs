@@ -122,7 +122,12 @@ impl Topology {
         for g in 0..spec.gpus {
             // Contiguous blocks: GPUs 0..k on switch 0, and so on.
             let w = g * switches / spec.gpus;
-            both(&format!("gpu{g}"), &format!("pcie{w}"), spec.gpu_link, &mut links);
+            both(
+                &format!("gpu{g}"),
+                &format!("pcie{w}"),
+                spec.gpu_link,
+                &mut links,
+            );
         }
         for a in 0..spec.sockets {
             for b in a + 1..spec.sockets {
@@ -204,7 +209,11 @@ mod tests {
         let cross = r.route(0, 7).unwrap();
         assert_eq!(cross.links.len(), 5);
         assert_eq!(cross.bottleneck, 20e9);
-        let names: Vec<String> = cross.links.iter().map(|&l| t.link_name(l as usize)).collect();
+        let names: Vec<String> = cross
+            .links
+            .iter()
+            .map(|&l| t.link_name(l as usize))
+            .collect();
         assert!(names.contains(&"cpu0->cpu1".to_string()), "{names:?}");
     }
 

@@ -236,12 +236,7 @@ impl Topology {
     pub fn device_counts(&self) -> Vec<(DeviceKind, usize)> {
         DeviceKind::ALL
             .into_iter()
-            .map(|k| {
-                (
-                    k,
-                    self.graph.node_weights().filter(|d| d.kind == k).count(),
-                )
-            })
+            .map(|k| (k, self.graph.node_weights().filter(|d| d.kind == k).count()))
             .filter(|(_, c)| *c > 0)
             .collect()
     }

@@ -71,7 +71,12 @@ pub fn chrome_trace(timelines: &[&Timeline]) -> String {
     for tl in timelines {
         let links_pid = base + tl.ranks;
         for r in 0..tl.ranks {
-            ev.push(meta("process_name", base + r, None, format!("{} · rank {r}", tl.strategy)));
+            ev.push(meta(
+                "process_name",
+                base + r,
+                None,
+                format!("{} · rank {r}", tl.strategy),
+            ));
             ev.push(Event::Meta {
                 name: "process_sort_index",
                 ph: "M",
@@ -84,10 +89,20 @@ pub fn chrome_trace(timelines: &[&Timeline]) -> String {
             });
         }
         for (i, s) in tl.streams.iter().enumerate() {
-            ev.push(meta("thread_name", base + s.rank, Some(i as u32), s.name.clone()));
+            ev.push(meta(
+                "thread_name",
+                base + s.rank,
+                Some(i as u32),
+                s.name.clone(),
+            ));
         }
         if !tl.links.is_empty() {
-            ev.push(meta("process_name", links_pid, None, format!("{} · links", tl.strategy)));
+            ev.push(meta(
+                "process_name",
+                links_pid,
+                None,
+                format!("{} · links", tl.strategy),
+            ));
             for (i, l) in tl.links.iter().enumerate() {
                 ev.push(meta("thread_name", links_pid, Some(i as u32), l.clone()));
             }

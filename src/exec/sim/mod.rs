@@ -37,7 +37,9 @@ pub enum SimError {
         "simulated time overflowed at op {label} (a bandwidth near zero or a size near infinity?)"
     )]
     TimeOverflow { label: String },
-    #[error("deadlock: {done} of {total} ops finished; launch of {label} on rank {rank} never started")]
+    #[error(
+        "deadlock: {done} of {total} ops finished; launch of {label} on rank {rank} never started"
+    )]
     Deadlock {
         done: usize,
         total: usize,
@@ -315,7 +317,10 @@ impl<'p> Engine<'p> {
             _ => (b, a),
         };
         let src = self.plan.ops[send as usize].rank;
-        let OpKind::Send { peer: dst, bytes, .. } = self.plan.ops[send as usize].kind else {
+        let OpKind::Send {
+            peer: dst, bytes, ..
+        } = self.plan.ops[send as usize].kind
+        else {
             unreachable!("send op")
         };
         let (rs, rl, lat) = self.route(src, dst)?;
@@ -374,7 +379,10 @@ impl<'p> Engine<'p> {
     }
 
     fn transfer_done(&mut self, f: u32) -> Result<(), SimError> {
-        let (send, recv) = (self.transfers[f as usize].send, self.transfers[f as usize].recv);
+        let (send, recv) = (
+            self.transfers[f as usize].send,
+            self.transfers[f as usize].recv,
+        );
         self.op_done(send)?;
         self.op_done(recv)
     }

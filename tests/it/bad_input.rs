@@ -1,0 +1,215 @@
+//! Each bad input gives one clear message naming the file, key and value, a non-zero exit
+//! code, and no panic.
+
+use super::cli::bin;
+use std::path::Path;
+
+struct Case {
+    name: &'static str,
+    args: Vec<String>,
+    code: i32,
+    /// Every string must appear in stderr.
+    says: Vec<String>,
+}
+
+const SCENARIO: &str = r#"
+model = "default-block"
+hardware = "HW"
+batch = 32
+seq = 4096
+strategies = ["flash"]
+[parallel]
+tp = 4
+"#;
+
+const HW: &str = r#"
+name = "custom"
+[gpu]
+name = "g"
+sm_count = 132
+hbm_gbps = 3350.0
+[gpu.peak_tflops]
+bf16 = 989.0
+[gpu.gemm]
+tile_m = 128
+tile_n = 256
+efficiency = 0.75
+memory_efficiency = 0.85
+launch_us = 4.0
+[gpu.elementwise]
+efficiency = 0.85
+launch_us = 3.0
+[comm]
+message_latency_us = 5.0
+[topology]
+"#;
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.to_str().unwrap().to_string()
+}
+
+fn sim(extra: &[&str]) -> Vec<String> {
+    let mut v = vec!["simulate".to_string()];
+    v.extend(extra.iter().map(|s| s.to_string()));
+    v
+}
+
+fn cases(d: &Path) -> Vec<Case> {
+    let s = |x: &str| x.to_string();
+    let hw_zero = write(
+        d,
+        "zero.toml",
+        &format!("{HW}kind = \"nvswitch\"\ngpus = 8\nlink_gbps = 0.0\n"),
+    );
+    let hw_neg = write(
+        d,
+        "neg.toml",
+        &format!("{HW}kind = \"nvswitch\"\ngpus = 8\nlink_gbps = -5.0\n"),
+    );
+    let hw_split = write(
+        d,
+        "split.toml",
+        &format!(
+            "{HW}kind = \"custom\"\n\
+             devices = [{{name = \"g0\", kind = \"gpu\"}}, {{name = \"g1\", kind = \"gpu\"}},\n\
+                        {{name = \"g2\", kind = \"gpu\"}}, {{name = \"g3\", kind = \"gpu\"}}]\n\
+             links = [{{from = \"g0\", to = \"g1\", gbps = 100.0}}, {{from = \"g2\", to = \"g3\", gbps = 100.0}}]\n"
+        ),
+    );
+    let syntax = write(d, "syntax.toml", "model = \"default-block\"\nbatch = = 3\n");
+    let typo = write(d, "typo.toml", &SCENARIO.replace("batch", "bacth"));
+    let split_sc = write(d, "split-sc.toml", &SCENARIO.replace("HW", &hw_split));
+    vec![
+        Case {
+            name: "missing file",
+            args: sim(&["--scenario", "does/not/exist.toml"]),
+            code: 2,
+            says: vec![s("does/not/exist.toml"), s("cannot read")],
+        },
+        Case {
+            name: "TOML syntax error",
+            args: sim(&["--scenario", &syntax]),
+            code: 2,
+            says: vec![syntax.clone(), s("line 2")],
+        },
+        Case {
+            name: "unknown key",
+            args: sim(&["--scenario", &typo]),
+            code: 2,
+            says: vec![typo.clone(), s("bacth")],
+        },
+        Case {
+            name: "unknown hardware preset",
+            args: sim(&["--hardware", "h900-sxm-8"]),
+            code: 2,
+            says: vec![s("h900-sxm-8"), s("hardware"), s("h100-sxm-8")],
+        },
+        Case {
+            name: "unknown model preset",
+            args: sim(&["--model", "llama-9"]),
+            code: 2,
+            says: vec![s("llama-9"), s("--model")],
+        },
+        Case {
+            name: "zero bandwidth",
+            args: sim(&["--hardware", &hw_zero]),
+            code: 2,
+            says: vec![hw_zero.clone(), s("topology.link_gbps"), s("= 0")],
+        },
+        Case {
+            name: "negative bandwidth",
+            args: sim(&["--hardware", &hw_neg]),
+            code: 2,
+            says: vec![hw_neg.clone(), s("topology.link_gbps"), s("-5")],
+        },
+        Case {
+            name: "disconnected topology",
+            args: sim(&["--scenario", &split_sc]),
+            code: 2,
+            says: vec![hw_split.clone(), s("disconnected"), s("g0")],
+        },
+        Case {
+            name: "tp does not divide the heads",
+            args: sim(&["--tp", "3"]),
+            code: 2,
+            says: vec![
+                s("--tp"),
+                s("parallel.tp"),
+                s("= 3"),
+                s("32 attention heads"),
+            ],
+        },
+        Case {
+            name: "tp does not divide the tokens",
+            args: sim(&["--tp", "8", "--batch", "1", "--seq", "4"]),
+            code: 2,
+            says: vec![s("parallel.tp"), s("= 8"), s("tokens")],
+        },
+        Case {
+            name: "tp larger than the machine",
+            args: sim(&["--tp", "16"]),
+            code: 2,
+            says: vec![s("parallel.tp"), s("16"), s("has 8")],
+        },
+        Case {
+            name: "unknown strategy",
+            args: sim(&["--strategy", "sequential,flsh"]),
+            code: 2,
+            says: vec![s("strategies[1]"), s("flsh"), s("unknown strategy")],
+        },
+        Case {
+            name: "chunk count that does not divide the tokens",
+            args: sim(&["--strategy", "chunked:3"]),
+            code: 2,
+            says: vec![s("chunked:3"), s("not divisible by 3")],
+        },
+        Case {
+            name: "zero batch",
+            args: sim(&["--batch", "0"]),
+            code: 2,
+            says: vec![s("batch"), s("= 0"), s("positive")],
+        },
+        Case {
+            name: "unknown dtype",
+            args: sim(&["--dtype", "int4"]),
+            code: 2,
+            says: vec![s("dtype"), s("int4")],
+        },
+        Case {
+            name: "unwritable trace path",
+            args: sim(&["--trace", "/nonexistent-dir/t.json"]),
+            code: 3,
+            says: vec![s("/nonexistent-dir/t.json")],
+        },
+    ]
+}
+
+#[test]
+fn every_bad_input_is_one_clear_error() {
+    let d = tempfile::tempdir().unwrap();
+    for c in cases(d.path()) {
+        let out = bin()
+            .args(&c.args)
+            .assert()
+            .code(c.code)
+            .get_output()
+            .clone();
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(!err.contains("panicked"), "{}: panicked\n{err}", c.name);
+        assert!(err.starts_with("error: "), "{}: {err}", c.name);
+        for want in &c.says {
+            assert!(
+                err.contains(want.as_str()),
+                "{}: `{want}` not in\n{err}",
+                c.name
+            );
+        }
+        assert!(
+            out.stdout.is_empty(),
+            "{}: printed results despite the error",
+            c.name
+        );
+    }
+}

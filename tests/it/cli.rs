@@ -1,0 +1,155 @@
+//! The binary on its defaults: ordering, determinism and snapshots of every output format.
+
+use assert_cmd::Command;
+
+pub fn bin() -> Command {
+    Command::cargo_bin("flashoverlap").unwrap()
+}
+
+fn stdout(args: &[&str]) -> String {
+    let out = bin()
+        .args(args)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+fn default_simulate_prints_the_table() {
+    let t = stdout(&["simulate"]);
+    insta::assert_snapshot!("default_table", t);
+}
+
+#[test]
+fn default_simulate_json() {
+    let j = stdout(&["simulate", "--format", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&j).unwrap();
+    assert_eq!(v["format"], "flashoverlap-results");
+    assert_eq!(v["version"], 1);
+    let rows = v["results"].as_array().unwrap();
+    let names: Vec<&str> = rows
+        .iter()
+        .map(|r| r["strategy"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["sequential", "chunked:4", "flash"]);
+    for r in rows {
+        for k in ["makespan_us", "compute_us", "comm_us", "exposed_comm_us"] {
+            assert!(r[k].as_f64().unwrap() >= 0.0, "{k}");
+        }
+    }
+    let m = |i: usize| rows[i]["makespan_us"].as_f64().unwrap();
+    assert!(m(2) < m(1) && m(1) < m(0));
+    insta::assert_snapshot!("default_json", j);
+}
+
+#[test]
+fn json_and_trace_are_byte_identical_across_runs() {
+    let d = tempfile::tempdir().unwrap();
+    let mut outs = Vec::new();
+    for i in 0..2 {
+        let trace = d.path().join(format!("t{i}.json"));
+        let j = stdout(&[
+            "simulate",
+            "--format",
+            "json",
+            "--trace",
+            trace.to_str().unwrap(),
+        ]);
+        outs.push((j, std::fs::read(&trace).unwrap()));
+    }
+    assert_eq!(outs[0].0, outs[1].0);
+    assert_eq!(outs[0].1, outs[1].1);
+}
+
+#[test]
+fn trace_is_chrome_trace_events() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("trace.json");
+    stdout(&["simulate", "--trace", p.to_str().unwrap()]);
+    let text = std::fs::read_to_string(&p).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let ev = v["traceEvents"].as_array().unwrap();
+    let names: Vec<&str> = ev
+        .iter()
+        .filter(|e| e["ph"] == "M" && e["name"] == "process_name")
+        .map(|e| e["args"]["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"flash · rank 0") && names.contains(&"sequential · links"));
+    for e in ev.iter().filter(|e| e["ph"] == "X") {
+        assert!(e["dur"].as_f64().unwrap() >= 0.0 && e["ts"].as_f64().unwrap() >= 0.0);
+    }
+    insta::assert_snapshot!("default_trace", text);
+}
+
+#[test]
+fn out_dir_writes_every_file_and_refuses_to_clobber() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("run");
+    let o = out.to_str().unwrap();
+    stdout(&["simulate", "--out", o]);
+    let mut names: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "results.json",
+            "table.txt",
+            "timeline-chunked-4.json",
+            "timeline-flash.json",
+            "timeline-sequential.json",
+            "trace.json"
+        ]
+    );
+    let err = bin().args(["simulate", "--out", o]).assert().code(3);
+    let msg = String::from_utf8(err.get_output().stderr.clone()).unwrap();
+    assert!(msg.contains("--force"), "{msg}");
+    bin()
+        .args(["simulate", "--out", o, "--force"])
+        .assert()
+        .success();
+    // A written timeline reads back into the domain type.
+    let text = std::fs::read_to_string(out.join("timeline-flash.json")).unwrap();
+    let f: flashoverlap::timeline::file::TimelineFile = serde_json::from_str(&text).unwrap();
+    let tl = flashoverlap::timeline::Timeline::try_from(f).unwrap();
+    assert_eq!(tl.strategy, "flash");
+}
+
+#[test]
+fn overrides_reach_the_scenario() {
+    let j = stdout(&[
+        "simulate",
+        "--format",
+        "json",
+        "--tp",
+        "8",
+        "--seq",
+        "2k",
+        "--batch",
+        "8",
+        "--strategy",
+        "flash",
+        "--hardware",
+        "h200-sxm-8",
+        "--model",
+        "llama-3-8b",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&j).unwrap();
+    assert_eq!(v["scenario"]["tp"], 8);
+    assert_eq!(v["scenario"]["tokens"], 16384);
+    assert_eq!(v["scenario"]["hardware"], "h200-sxm-8");
+    assert_eq!(v["results"].as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn list_shows_every_preset() {
+    let t = stdout(&["list"]);
+    for p in flashoverlap::config::presets() {
+        assert!(t.contains(p.name), "{}", p.name);
+    }
+}

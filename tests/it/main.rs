@@ -1,0 +1,5 @@
+//! Integration tests: one binary, data-driven where it fits.
+
+mod bad_input;
+mod cli;
+mod properties;

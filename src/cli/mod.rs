@@ -33,7 +33,7 @@ pub struct Cli {
 pub enum Command {
     /// Simulate a scenario under each strategy and print the comparison (defaults: the
     /// embedded `default` scenario).
-    Simulate(simulate::Args),
+    Simulate(Box<simulate::Args>),
     /// List the embedded model, hardware and scenario presets.
     List,
     /// Measure the simulator's own speed (events/s, wall time) on fixed cases.
@@ -94,7 +94,7 @@ pub fn main() -> ExitCode {
         }
     };
     let r = match cli.command {
-        Command::Simulate(a) => simulate::run(a),
+        Command::Simulate(a) => simulate::run(*a),
         Command::List => list::run(),
         Command::Bench(a) => bench::run(a),
     };

@@ -138,6 +138,7 @@ pub fn ag_gemm(
             let none = vec![None; n as usize];
             for i in 0..nb {
                 let gathered = ring(b, st, site, piece, false, &none)?;
+                #[allow(clippy::needless_range_loop)]
                 for r in 0..n as usize {
                     out.ready[r][i as usize] =
                         Some(b.single(st.compute[r], gemm, &deps(gathered[r]), tag(site, i, i))?);

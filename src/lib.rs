@@ -9,6 +9,7 @@ pub mod cli;
 pub mod config;
 pub mod cost;
 pub mod exec;
+pub mod fasthash;
 pub mod io;
 pub mod plan;
 pub mod report;

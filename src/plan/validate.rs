@@ -3,7 +3,7 @@
 //! has no cycle, so an executor that follows it cannot deadlock.
 
 use super::*;
-use std::collections::HashMap;
+use crate::fasthash::IntMap;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum PlanError {
@@ -128,7 +128,7 @@ pub(super) fn finish(b: PlanBuilder) -> Result<Plan, PlanError> {
 
 fn match_p2p(plan: &Plan) -> Result<Vec<OpId>, PlanError> {
     let mut partner = vec![NO_PARTNER; plan.ops.len()];
-    let mut sends: HashMap<(u32, u32, u64), OpId> = HashMap::new();
+    let mut sends: IntMap<(u32, u32, u64), OpId> = IntMap::default();
     let check_peer = |id: usize, o: &Op, peer: u32| -> Result<(), PlanError> {
         let why = if peer >= plan.ranks {
             "outside the plan"

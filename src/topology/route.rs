@@ -2,9 +2,9 @@
 //! order so a route never depends on hashing. Routes are computed on first use and kept.
 
 use super::{Topology, TopologyError};
+use crate::fasthash::IntMap;
 use petgraph::graph::NodeIndex;
 use petgraph::visit::EdgeRef;
-use std::collections::HashMap;
 use std::collections::VecDeque;
 
 /// A GPU-to-GPU path: the links crossed in order, their summed latency, and the smallest
@@ -19,7 +19,7 @@ pub struct Route {
 /// Finds and caches routes. Memory grows with the pairs actually used, not with GPUs².
 pub struct Router<'t> {
     topo: &'t Topology,
-    cache: HashMap<(u32, u32), Route>,
+    cache: IntMap<(u32, u32), Route>,
     // Scratch for BFS, reused across queries: parent edge per node, and a visit stamp.
     parent: Vec<u32>,
     stamp: Vec<u32>,
@@ -31,7 +31,7 @@ impl<'t> Router<'t> {
         let n = topo.graph().node_count();
         Router {
             topo,
-            cache: HashMap::new(),
+            cache: IntMap::default(),
             parent: vec![u32::MAX; n],
             stamp: vec![0; n],
             epoch: 0,

@@ -15,13 +15,14 @@
 mod network;
 
 use crate::cost::{self, CostError};
+use crate::fasthash::IntMap;
 use crate::plan::{LaunchId, NO_PARTNER, OpId, OpKind, Plan};
 use crate::scenario::Hardware;
 use crate::topology::{Router, TopologyError};
 use network::Network;
 use ordered_float::NotNan;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SimError {
@@ -125,7 +126,7 @@ struct Engine<'p> {
     dependents: Vec<LaunchId>,
     net: Network,
     transfers: Vec<Transfer>,
-    routes: HashMap<(u32, u32), (u32, u32, f64)>,
+    routes: IntMap<(u32, u32), (u32, u32, f64)>,
     router: Router<'p>,
     link_spans: Vec<LinkSpan>,
 }
@@ -196,7 +197,7 @@ impl<'p> Engine<'p> {
             dependents,
             net: Network::new(&hw.topology),
             transfers: Vec::new(),
-            routes: HashMap::new(),
+            routes: IntMap::default(),
             router: Router::new(&hw.topology),
             link_spans: Vec::new(),
         }
@@ -342,8 +343,16 @@ impl<'p> Engine<'p> {
         }
         self.transfers[f as usize].started = self.now;
         let now = self.now;
-        let touched = self.net.activate(f, now).to_vec();
-        self.reschedule(&touched)
+        self.net.activate(f, now);
+        self.reschedule_touched()
+    }
+
+    /// Schedule the completion of every flow the last re-solve touched.
+    fn reschedule_touched(&mut self) -> Result<(), SimError> {
+        let flows = std::mem::take(&mut self.net.touched);
+        let r = self.reschedule(&flows);
+        self.net.touched = flows;
+        r
     }
 
     fn reschedule(&mut self, flows: &[u32]) -> Result<(), SimError> {
@@ -373,8 +382,8 @@ impl<'p> Engine<'p> {
                 });
             }
         }
-        let touched = self.net.finish(f, now).to_vec();
-        self.reschedule(&touched)?;
+        self.net.finish(f, now);
+        self.reschedule_touched()?;
         self.transfer_done(f)
     }
 

@@ -28,7 +28,7 @@ pub(super) struct Network {
     flow_stamp: Vec<u32>,
     epoch: u32,
     comp_links: Vec<u32>,
-    comp_flows: Vec<u32>,
+    pub touched: Vec<u32>,
     cap_left: Vec<f64>,
     unfrozen: Vec<u32>,
     frozen: Vec<bool>,
@@ -46,7 +46,7 @@ impl Network {
             flow_stamp: Vec::new(),
             epoch: 0,
             comp_links: Vec::new(),
-            comp_flows: Vec::new(),
+            touched: Vec::new(),
             cap_left: vec![0.0; n],
             unfrozen: vec![0; n],
             frozen: Vec::new(),
@@ -90,7 +90,7 @@ impl Network {
             self.on_link[link as usize].push(f);
         }
         self.solve_from_links(s, l, now);
-        &self.comp_flows
+        &self.touched
     }
 
     /// Take finished flow `f` off its links; returns the flows whose rate was re-solved.
@@ -109,7 +109,7 @@ impl Network {
             }
         }
         self.solve_from_links(s, l, now);
-        &self.comp_flows
+        &self.touched
     }
 
     fn next_epoch(&mut self) -> u32 {
@@ -126,7 +126,7 @@ impl Network {
     fn solve_from_links(&mut self, s: usize, l: usize, now: f64) {
         let epoch = self.next_epoch();
         self.comp_links.clear();
-        self.comp_flows.clear();
+        self.touched.clear();
         for i in s..s + l {
             let link = self.route_links[i];
             if self.link_stamp[link as usize] != epoch {
@@ -145,7 +145,7 @@ impl Network {
                     continue;
                 }
                 self.flow_stamp[f as usize] = epoch;
-                self.comp_flows.push(f);
+                self.touched.push(f);
                 let fl = &self.flows[f as usize];
                 for j in fl.route_start..fl.route_start + fl.route_len {
                     let l2 = self.route_links[j as usize];
@@ -157,7 +157,7 @@ impl Network {
             }
         }
         // Bring every flow of the component up to `now` at its old rate.
-        for &f in &self.comp_flows {
+        for &f in &self.touched {
             let fl = &mut self.flows[f as usize];
             if fl.rate.is_finite() {
                 fl.remaining = (fl.remaining - fl.rate * (now - fl.last)).max(0.0);
@@ -168,13 +168,13 @@ impl Network {
             self.frozen[f as usize] = false;
         }
         // Deterministic order regardless of discovery order.
-        self.comp_flows.sort_unstable();
+        self.touched.sort_unstable();
         self.comp_links.sort_unstable();
         for &link in &self.comp_links {
             self.cap_left[link as usize] = self.capacity[link as usize];
             self.unfrozen[link as usize] = self.on_link[link as usize].len() as u32;
         }
-        let mut left = self.comp_flows.len();
+        let mut left = self.touched.len();
         while left > 0 {
             // The tightest link: smallest share of what is left.
             let mut best: Option<(f64, u32)> = None;
@@ -190,7 +190,7 @@ impl Network {
             }
             let Some((share, link)) = best else {
                 // Only infinite links remain: those flows are free.
-                for &f in &self.comp_flows {
+                for &f in &self.touched {
                     if !self.frozen[f as usize] {
                         self.frozen[f as usize] = true;
                         self.flows[f as usize].rate = f64::INFINITY;

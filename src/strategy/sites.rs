@@ -51,6 +51,39 @@ fn deps(d: Option<OpId>) -> Vec<OpId> {
     d.into_iter().collect()
 }
 
+/// One ring step of rank `r`: a group launch on its comm stream of a send of `piece` bytes
+/// to r+1 (after `send_deps`) and a recv of as many from r−1. `tags[x]` is rank x's send
+/// tag for this step. Returns the recv op.
+#[allow(clippy::too_many_arguments)]
+fn ring_step(
+    b: &mut PlanBuilder,
+    st: &RankStreams,
+    r: u64,
+    piece: u64,
+    tags: &[u64],
+    send_deps: &[OpId],
+    send_tag: OpTag,
+    recv_tag: OpTag,
+    accumulate: bool,
+) -> Result<OpId, StrategyError> {
+    let n = tags.len() as u64;
+    let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
+    let l = b.launch(st.comm[r as usize]);
+    let send = OpKind::Send {
+        peer: next as u32,
+        bytes: piece,
+        tag: tags[r as usize],
+    };
+    b.add(l, send, send_deps, send_tag)?;
+    let recv = OpKind::Recv {
+        peer: prev as u32,
+        bytes: piece,
+        tag: tags[prev as usize],
+        accumulate,
+    };
+    Ok(b.add(l, recv, &[], recv_tag)?)
+}
+
 /// A ring all-gather (`accumulate = false`) or reduce-scatter (`true`) of `piece` bytes
 /// per rank per step over all ranks, on the comm streams: N−1 steps, each one NCCL-style
 /// group of a send to r+1 and a recv from r−1. Step k of rank r forwards block
@@ -74,35 +107,23 @@ fn ring(
     for k in 0..n - 1 {
         let tags: Vec<u64> = (0..n).map(|_| b.msg_tag()).collect();
         for r in 0..n {
-            let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
-            let l = b.launch(st.comm[r as usize]);
             let d = if k == 0 {
                 deps(first[r as usize])
             } else {
                 vec![]
             };
-            let block = (r + n * 2 - k - off) % n;
-            b.add(
-                l,
-                OpKind::Send {
-                    peer: next as u32,
-                    bytes: piece,
-                    tag: tags[r as usize],
-                },
+            let prev = (r + n - 1) % n;
+            let (block, rblock) = ((r + n * 2 - k - off) % n, (prev + n * 2 - k - off) % n);
+            last[r as usize] = Some(ring_step(
+                b,
+                st,
+                r,
+                piece,
+                &tags,
                 &d,
                 tag(site, k, block),
-            )?;
-            let rblock = (prev + n * 2 - k - off) % n;
-            last[r as usize] = Some(b.add(
-                l,
-                OpKind::Recv {
-                    peer: prev as u32,
-                    bytes: piece,
-                    tag: tags[prev as usize],
-                    accumulate,
-                },
-                &[],
                 tag(site, k, rblock),
+                accumulate,
             )?);
         }
     }
@@ -154,29 +175,18 @@ pub fn ag_gemm(
             for k in 0..n.saturating_sub(1) {
                 let tags: Vec<u64> = (0..n).map(|_| b.msg_tag()).collect();
                 for r in 0..n {
-                    let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
-                    let l = b.launch(st.comm[r as usize]);
-                    b.add(
-                        l,
-                        OpKind::Send {
-                            peer: next as u32,
-                            bytes: piece,
-                            tag: tags[r as usize],
-                        },
-                        &[],
-                        tag(site, k, (r + n - k % n) % n),
-                    )?;
                     let j = (r + 2 * n - k - 1) % n;
-                    let id = b.add(
-                        l,
-                        OpKind::Recv {
-                            peer: prev as u32,
-                            bytes: piece,
-                            tag: tags[prev as usize],
-                            accumulate: false,
-                        },
+                    let send_tag = tag(site, k, (r + n - k % n) % n);
+                    let id = ring_step(
+                        b,
+                        st,
+                        r,
+                        piece,
+                        &tags,
                         &[],
+                        send_tag,
                         tag(site, k, j),
+                        false,
                     )?;
                     recv[r as usize] = Some(id);
                     got[r as usize][j as usize] = Some(id);
@@ -305,28 +315,16 @@ pub fn gemm_rs(
                 let tags: Vec<u64> = (0..n).map(|_| b.msg_tag()).collect();
                 let mut recvs = Vec::with_capacity(n as usize);
                 for r in 0..n {
-                    let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
-                    let l = b.launch(st.comm[r as usize]);
-                    b.add(
-                        l,
-                        OpKind::Send {
-                            peer: next as u32,
-                            bytes: piece,
-                            tag: tags[r as usize],
-                        },
+                    recvs.push(ring_step(
+                        b,
+                        st,
+                        r,
+                        piece,
+                        &tags,
                         &[carry[r as usize]],
                         tag(site, k, slice(r, k)),
-                    )?;
-                    recvs.push(b.add(
-                        l,
-                        OpKind::Recv {
-                            peer: prev as u32,
-                            bytes: piece,
-                            tag: tags[prev as usize],
-                            accumulate: false,
-                        },
-                        &[],
                         tag(site, k + 1, slice(r, k + 1)),
+                        false,
                     )?);
                 }
                 for r in 0..n as usize {

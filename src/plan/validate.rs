@@ -199,52 +199,92 @@ fn match_p2p(plan: &Plan) -> Result<Vec<OpId>, PlanError> {
     Ok(partner)
 }
 
-/// Kahn's algorithm over two nodes per launch, `start(L)` = 2L and `end(L)` = 2L+1.
+/// Kahn's algorithm over two nodes per launch, `start(L)` = 2L and `end(L)` = 2L+1, with
+/// the successors generated on the fly rather than stored as an edge list:
+/// `start(L) → end(L)`, `start(L) → end(partner's launch)` for each send/recv in L,
+/// `end(L) → start(next launch on L's stream)`, `end(L) → start(D)` for each launch D
+/// that depends on an op of L.
 fn check_acyclic(plan: &Plan) -> Result<(), PlanError> {
     let nl = plan.launch_count();
-    let mut edges: Vec<(u32, u32)> = Vec::with_capacity(nl * 2 + plan.deps.len());
-    for l in 0..nl as u32 {
-        edges.push((2 * l, 2 * l + 1));
-    }
+    let nops = plan.ops.len();
+    let mut next = vec![u32::MAX; nl];
     for s in 0..plan.streams.len() as u32 {
         for w in plan.stream_launches(s).windows(2) {
-            edges.push((2 * w[0] + 1, 2 * w[1]));
+            next[w[0] as usize] = w[1];
+        }
+    }
+    // Dependent launches of each op (CSR).
+    let (dep_of_start, dep_of) = {
+        let mut start = vec![0u32; nops + 1];
+        for id in 0..nops {
+            for &d in plan.deps(id as OpId) {
+                start[d as usize + 1] += 1;
+            }
+        }
+        for i in 0..nops {
+            start[i + 1] += start[i];
+        }
+        let mut fill = start.clone();
+        let mut items = vec![0u32; start[nops] as usize];
+        for (id, o) in plan.ops.iter().enumerate() {
+            for &d in plan.deps(id as OpId) {
+                items[fill[d as usize] as usize] = o.launch;
+                fill[d as usize] += 1;
+            }
+        }
+        (start, items)
+    };
+    let mut indeg = vec![0u32; 2 * nl];
+    for l in 0..nl {
+        indeg[2 * l + 1] += 1;
+        if next[l] != u32::MAX {
+            indeg[2 * next[l] as usize] += 1;
         }
     }
     for (id, o) in plan.ops.iter().enumerate() {
-        for &d in plan.deps(id as OpId) {
-            let dl = plan.ops[d as usize].launch;
-            edges.push((2 * dl + 1, 2 * o.launch));
-        }
-        if let OpKind::Send { .. } = o.kind {
-            let r = plan.partner[id];
-            let rl = plan.ops[r as usize].launch;
-            edges.push((2 * o.launch, 2 * rl + 1));
-            edges.push((2 * rl, 2 * o.launch + 1));
+        indeg[2 * o.launch as usize] += plan.deps(id as OpId).len() as u32;
+        if plan.partner[id] != NO_PARTNER {
+            indeg[2 * o.launch as usize + 1] += 1;
         }
     }
-    let n = 2 * nl;
-    let (start, order) = csr(edges.iter().map(|e| e.0), n);
-    let mut indeg = vec![0u32; n];
-    for e in &edges {
-        indeg[e.1 as usize] += 1;
-    }
-    let mut stack: Vec<u32> = (0..n as u32).filter(|&v| indeg[v as usize] == 0).collect();
+    let mut stack: Vec<u32> = (0..2 * nl as u32)
+        .filter(|&v| indeg[v as usize] == 0)
+        .collect();
     let mut seen = 0usize;
+    let release = |t: usize, stack: &mut Vec<u32>, indeg: &mut [u32]| {
+        indeg[t] -= 1;
+        if indeg[t] == 0 {
+            stack.push(t as u32);
+        }
+    };
     while let Some(v) = stack.pop() {
         seen += 1;
-        for &ei in &order[start[v as usize] as usize..start[v as usize + 1] as usize] {
-            let t = edges[ei as usize].1 as usize;
-            indeg[t] -= 1;
-            if indeg[t] == 0 {
-                stack.push(t as u32);
+        let l = (v / 2) as LaunchId;
+        if v % 2 == 0 {
+            release(2 * l as usize + 1, &mut stack, &mut indeg);
+            for &op in plan.launch_ops(l) {
+                let p = plan.partner[op as usize];
+                if p != NO_PARTNER {
+                    let pl = plan.ops[p as usize].launch as usize;
+                    release(2 * pl + 1, &mut stack, &mut indeg);
+                }
+            }
+        } else {
+            if next[l as usize] != u32::MAX {
+                release(2 * next[l as usize] as usize, &mut stack, &mut indeg);
+            }
+            for &op in plan.launch_ops(l) {
+                let (a, b) = (dep_of_start[op as usize], dep_of_start[op as usize + 1]);
+                for &d in &dep_of[a as usize..b as usize] {
+                    release(2 * d as usize, &mut stack, &mut indeg);
+                }
             }
         }
     }
-    if seen == n {
+    if seen == 2 * nl {
         return Ok(());
     }
-    let stuck = (0..n)
+    let stuck = (0..2 * nl)
         .find(|&v| indeg[v] > 0)
         .expect("some node is unprocessed") as u32
         / 2;

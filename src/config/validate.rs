@@ -389,6 +389,18 @@ pub fn scenario_from_file(
     let tokens = batch
         .checked_mul(seq)
         .ok_or_else(|| ConfigError::invalid(&at("seq"), "seq", seq, "batch × seq overflows"))?;
+    // The largest tensor the workloads move or multiply: tokens × FC1 width elements.
+    let biggest = tokens
+        .checked_mul(model.fc1_width().max(model.hidden))
+        .and_then(|e| e.checked_mul(dtype.bytes()));
+    if biggest.is_none_or(|b| b > 1 << 60) {
+        return Err(ConfigError::invalid(
+            &at("seq"),
+            "seq",
+            seq,
+            format!("batch × seq = {tokens} tokens makes tensors beyond 2^60 bytes"),
+        ));
+    }
     if tokens % tp != 0 {
         return Err(ConfigError::invalid(
             &at("parallel.tp"),

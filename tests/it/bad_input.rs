@@ -172,6 +172,12 @@ fn cases(d: &Path) -> Vec<Case> {
             says: vec![s("batch"), s("= 0"), s("positive")],
         },
         Case {
+            name: "tokens so many the tensors overflow",
+            args: sim(&["--seq", "1g", "--batch", "1g"]),
+            code: 2,
+            says: vec![s("seq"), s("2^60 bytes")],
+        },
+        Case {
             name: "unknown dtype",
             args: sim(&["--dtype", "int4"]),
             code: 2,

@@ -199,9 +199,15 @@ pub struct Plan {
     stream_start: Vec<u32>,
     stream_launches: Vec<LaunchId>,
     partner: Vec<OpId>,
+    /// Launches that depend on each op (CSR).
+    dependent_start: Vec<u32>,
+    dependent_launches: Vec<LaunchId>,
+    /// The launch after each launch on its stream (`NO_LAUNCH` for the last).
+    next_launch: Vec<LaunchId>,
 }
 
 pub const NO_PARTNER: OpId = OpId::MAX;
+pub const NO_LAUNCH: LaunchId = LaunchId::MAX;
 
 impl Plan {
     pub fn op_count(&self) -> usize {
@@ -228,6 +234,17 @@ impl Plan {
     /// The matching recv of a send, or the matching send of a recv; `NO_PARTNER` otherwise.
     pub fn partner(&self, op: OpId) -> OpId {
         self.partner[op as usize]
+    }
+    /// The launches that list `op` among their dependencies (once per dependency edge).
+    pub fn dependents(&self, op: OpId) -> &[LaunchId] {
+        let i = op as usize;
+        &self.dependent_launches
+            [self.dependent_start[i] as usize..self.dependent_start[i + 1] as usize]
+    }
+    /// The launch after `l` on its stream.
+    pub fn next_launch(&self, l: LaunchId) -> Option<LaunchId> {
+        let n = self.next_launch[l as usize];
+        (n != NO_LAUNCH).then_some(n)
     }
     pub fn site_name(&self, op: OpId) -> &str {
         &self.sites[self.ops[op as usize].tag.site as usize]

@@ -105,6 +105,23 @@ pub(super) fn finish(b: PlanBuilder) -> Result<Plan, PlanError> {
         });
     }
     let (stream_start, stream_launches) = csr(launch_stream.iter().copied(), streams.len());
+    let mut next_launch = vec![NO_LAUNCH; nl];
+    for s in 0..streams.len() {
+        let ls = &stream_launches[stream_start[s] as usize..stream_start[s + 1] as usize];
+        for w in ls.windows(2) {
+            next_launch[w[0] as usize] = w[1];
+        }
+    }
+    // Dependency edges are stored per dependent op; `csr` over the dependency ids groups
+    // edge indices by the op depended on, and each edge maps to its dependent's launch.
+    let edge_launch: Vec<LaunchId> = (0..ops.len())
+        .flat_map(|i| {
+            let n = (dep_start[i + 1] - dep_start[i]) as usize;
+            std::iter::repeat_n(ops[i].launch, n)
+        })
+        .collect();
+    let (dependent_start, edges) = csr(deps.iter().copied(), ops.len());
+    let dependent_launches = edges.iter().map(|&e| edge_launch[e as usize]).collect();
 
     let mut plan = Plan {
         ranks,
@@ -120,6 +137,9 @@ pub(super) fn finish(b: PlanBuilder) -> Result<Plan, PlanError> {
         stream_start,
         stream_launches,
         partner: Vec::new(),
+        dependent_start,
+        dependent_launches,
+        next_launch,
     };
     plan.partner = match_p2p(&plan)?;
     check_acyclic(&plan)?;
@@ -206,39 +226,11 @@ fn match_p2p(plan: &Plan) -> Result<Vec<OpId>, PlanError> {
 /// that depends on an op of L.
 fn check_acyclic(plan: &Plan) -> Result<(), PlanError> {
     let nl = plan.launch_count();
-    let nops = plan.ops.len();
-    let mut next = vec![u32::MAX; nl];
-    for s in 0..plan.streams.len() as u32 {
-        for w in plan.stream_launches(s).windows(2) {
-            next[w[0] as usize] = w[1];
-        }
-    }
-    // Dependent launches of each op (CSR).
-    let (dep_of_start, dep_of) = {
-        let mut start = vec![0u32; nops + 1];
-        for id in 0..nops {
-            for &d in plan.deps(id as OpId) {
-                start[d as usize + 1] += 1;
-            }
-        }
-        for i in 0..nops {
-            start[i + 1] += start[i];
-        }
-        let mut fill = start.clone();
-        let mut items = vec![0u32; start[nops] as usize];
-        for (id, o) in plan.ops.iter().enumerate() {
-            for &d in plan.deps(id as OpId) {
-                items[fill[d as usize] as usize] = o.launch;
-                fill[d as usize] += 1;
-            }
-        }
-        (start, items)
-    };
     let mut indeg = vec![0u32; 2 * nl];
     for l in 0..nl {
         indeg[2 * l + 1] += 1;
-        if next[l] != u32::MAX {
-            indeg[2 * next[l] as usize] += 1;
+        if let Some(n) = plan.next_launch(l as LaunchId) {
+            indeg[2 * n as usize] += 1;
         }
     }
     for (id, o) in plan.ops.iter().enumerate() {
@@ -270,12 +262,11 @@ fn check_acyclic(plan: &Plan) -> Result<(), PlanError> {
                 }
             }
         } else {
-            if next[l as usize] != u32::MAX {
-                release(2 * next[l as usize] as usize, &mut stack, &mut indeg);
+            if let Some(n) = plan.next_launch(l) {
+                release(2 * n as usize, &mut stack, &mut indeg);
             }
             for &op in plan.launch_ops(l) {
-                let (a, b) = (dep_of_start[op as usize], dep_of_start[op as usize + 1]);
-                for &d in &dep_of[a as usize..b as usize] {
+                for &d in plan.dependents(op) {
                     release(2 * d as usize, &mut stack, &mut indeg);
                 }
             }

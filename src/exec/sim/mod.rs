@@ -119,11 +119,6 @@ struct Engine<'p> {
     /// head of its stream.
     pending: Vec<u32>,
     remaining_ops: Vec<u32>,
-    /// Position of each launch within its stream.
-    pos_in_stream: Vec<u32>,
-    /// Launches waiting on each op (CSR).
-    dependents_start: Vec<u32>,
-    dependents: Vec<LaunchId>,
     net: Network,
     transfers: Vec<Transfer>,
     routes: IntMap<(u32, u32), (u32, u32, f64)>,
@@ -150,32 +145,13 @@ impl<'p> Engine<'p> {
         let nops = plan.op_count();
         let mut pending = vec![0u32; nl];
         let mut remaining_ops = vec![0u32; nl];
-        let mut count = vec![0u32; nops + 1];
         for (id, o) in plan.ops.iter().enumerate() {
             remaining_ops[o.launch as usize] += 1;
-            for &d in plan.deps(id as OpId) {
-                pending[o.launch as usize] += 1;
-                count[d as usize + 1] += 1;
-            }
+            pending[o.launch as usize] += plan.deps(id as OpId).len() as u32;
         }
-        for i in 0..nops {
-            count[i + 1] += count[i];
-        }
-        let mut fill = count.clone();
-        let mut dependents = vec![0 as LaunchId; count[nops] as usize];
-        for (id, o) in plan.ops.iter().enumerate() {
-            for &d in plan.deps(id as OpId) {
-                dependents[fill[d as usize] as usize] = o.launch;
-                fill[d as usize] += 1;
-            }
-        }
-        let mut pos_in_stream = vec![0u32; nl];
-        for s in 0..plan.streams.len() as u32 {
-            for (i, &l) in plan.stream_launches(s).iter().enumerate() {
-                pos_in_stream[l as usize] = i as u32;
-                if i > 0 {
-                    pending[l as usize] += 1;
-                }
+        for l in 0..nl as LaunchId {
+            if let Some(n) = plan.next_launch(l) {
+                pending[n as usize] += 1;
             }
         }
         Engine {
@@ -192,9 +168,6 @@ impl<'p> Engine<'p> {
             done_ops: 0,
             pending,
             remaining_ops,
-            pos_in_stream,
-            dependents_start: count,
-            dependents,
             net: Network::new(&hw.topology),
             transfers: Vec::new(),
             routes: IntMap::default(),
@@ -399,12 +372,8 @@ impl<'p> Engine<'p> {
     fn op_done(&mut self, op: OpId) -> Result<(), SimError> {
         self.end[op as usize] = self.now;
         self.done_ops += 1;
-        let (s, e) = (
-            self.dependents_start[op as usize] as usize,
-            self.dependents_start[op as usize + 1] as usize,
-        );
-        for i in s..e {
-            let l = self.dependents[i];
+        let plan = self.plan;
+        for &l in plan.dependents(op) {
             self.pending[l as usize] -= 1;
             if self.pending[l as usize] == 0 {
                 self.start_launch(l)?;
@@ -413,9 +382,7 @@ impl<'p> Engine<'p> {
         let l = self.plan.ops[op as usize].launch;
         self.remaining_ops[l as usize] -= 1;
         if self.remaining_ops[l as usize] == 0 {
-            let stream = self.plan.launch_stream(l);
-            let next = self.pos_in_stream[l as usize] as usize + 1;
-            if let Some(&nl) = self.plan.stream_launches(stream).get(next) {
+            if let Some(nl) = plan.next_launch(l) {
                 self.pending[nl as usize] -= 1;
                 if self.pending[nl as usize] == 0 {
                     self.start_launch(nl)?;

@@ -172,6 +172,31 @@ pub struct OpTag {
     pub slice: u32,
 }
 
+/// `OpLabel::peer` of an op that is not a send or recv.
+pub const NO_PEER: u32 = u32::MAX;
+
+/// An op's label in parts (16 bytes, no allocation): site index, class, slice and the
+/// peer of a send or recv. Rendered as `site.class[sN]`, with `→peer` / `←peer`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpLabel {
+    pub site: u16,
+    pub class: OpClass,
+    pub slice: u32,
+    pub peer: u32,
+}
+
+impl OpLabel {
+    pub fn render(&self, sites: &[String]) -> String {
+        let site = sites.get(self.site as usize).map_or("?", String::as_str);
+        let cls = self.class.name();
+        match (self.class, self.peer) {
+            (OpClass::Send, p) if p != NO_PEER => format!("{site}.{cls}[s{}]→{p}", self.slice),
+            (OpClass::Recv, p) if p != NO_PEER => format!("{site}.{cls}[s{}]←{p}", self.slice),
+            _ => format!("{site}.{cls}[s{}]", self.slice),
+        }
+    }
+}
+
 /// One op as stored.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Op {
@@ -249,15 +274,29 @@ impl Plan {
     pub fn site_name(&self, op: OpId) -> &str {
         &self.sites[self.ops[op as usize].tag.site as usize]
     }
+    /// Whether the plan can run to completion under its own semantics (in-order streams,
+    /// dependencies, rendezvous send/recv): a topological sort over launch start and end
+    /// events. Executors that cannot recover from a hang call this before running; the
+    /// simulator reports the same condition as `SimError::Deadlock` on its own.
+    pub fn check_deadlock_free(&self) -> Result<(), PlanError> {
+        validate::check_acyclic(self)
+    }
     /// A human label, e.g. `fc1.gemm[s2]` or `fc2.send[s1]→3`.
     pub fn label(&self, op: OpId) -> String {
+        self.op_label(op).render(&self.sites)
+    }
+    /// The parts of an op's label, to render later against [`Plan::sites`].
+    pub fn op_label(&self, op: OpId) -> OpLabel {
         let o = &self.ops[op as usize];
-        let site = self.site_name(op);
-        let cls = o.kind.class().name();
-        match o.kind {
-            OpKind::Send { peer, .. } => format!("{site}.{cls}[s{}]→{peer}", o.tag.slice),
-            OpKind::Recv { peer, .. } => format!("{site}.{cls}[s{}]←{peer}", o.tag.slice),
-            _ => format!("{site}.{cls}[s{}]", o.tag.slice),
+        let peer = match o.kind {
+            OpKind::Send { peer, .. } | OpKind::Recv { peer, .. } => peer,
+            _ => NO_PEER,
+        };
+        OpLabel {
+            site: o.tag.site,
+            class: o.kind.class(),
+            slice: o.tag.slice,
+            peer,
         }
     }
     /// Total payload bytes sent.
@@ -397,7 +436,9 @@ impl PlanBuilder {
         self.add(l, kind, deps, tag)
     }
 
-    /// Validate and freeze.
+    /// Validate and freeze: streams on valid ranks, no empty launch, every send matched by
+    /// exactly one recv of the same size. Deadlock freedom is a separate, whole-graph check
+    /// ([`Plan::check_deadlock_free`]); the simulator finds a deadlock by itself.
     pub fn finish(self) -> Result<Plan, PlanError> {
         validate::finish(self)
     }

@@ -142,7 +142,6 @@ pub(super) fn finish(b: PlanBuilder) -> Result<Plan, PlanError> {
         next_launch,
     };
     plan.partner = match_p2p(&plan)?;
-    check_acyclic(&plan)?;
     Ok(plan)
 }
 
@@ -224,7 +223,7 @@ fn match_p2p(plan: &Plan) -> Result<Vec<OpId>, PlanError> {
 /// `start(L) → end(L)`, `start(L) → end(partner's launch)` for each send/recv in L,
 /// `end(L) → start(next launch on L's stream)`, `end(L) → start(D)` for each launch D
 /// that depends on an op of L.
-fn check_acyclic(plan: &Plan) -> Result<(), PlanError> {
+pub(super) fn check_acyclic(plan: &Plan) -> Result<(), PlanError> {
     let nl = plan.launch_count();
     let mut indeg = vec![0u32; 2 * nl];
     for l in 0..nl {
@@ -421,7 +420,11 @@ mod tests {
             )
             .unwrap();
         }
-        assert!(matches!(b.finish(), Err(PlanError::Cycle { .. })));
+        let plan = b.finish().unwrap();
+        assert!(matches!(
+            plan.check_deadlock_free(),
+            Err(PlanError::Cycle { .. })
+        ));
     }
 
     #[test]
@@ -443,7 +446,7 @@ mod tests {
             };
             b.add(l, recv, &[], T).unwrap();
         }
-        b.finish().unwrap();
+        b.finish().unwrap().check_deadlock_free().unwrap();
     }
 
     #[test]

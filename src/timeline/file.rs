@@ -1,7 +1,7 @@
 //! The on-disk form of a Timeline (JSON), versioned and separate from the domain type.
 //! Times are microseconds. `plot` and `validate` read it back.
 
-use super::{Lane, Source, Span, Timeline};
+use super::{Lane, Source, Span, SpanLabel, Timeline};
 use crate::plan::{OpClass, StreamInfo, StreamKind};
 use serde::{Deserialize, Serialize};
 
@@ -99,7 +99,7 @@ impl From<&Timeline> for TimelineFile {
                         index,
                         op: s.op,
                         kind: s.class.name().into(),
-                        label: s.label.clone(),
+                        label: t.label(s).into_owned(),
                         start_us: s.start * 1e6,
                         end_us: s.end * 1e6,
                         bytes: s.bytes,
@@ -166,7 +166,7 @@ impl TryFrom<TimelineFile> for Timeline {
                 lane,
                 op: s.op,
                 class,
-                label: s.label,
+                label: SpanLabel::Text(s.label.into()),
                 start: s.start_us * 1e-6,
                 end: s.end_us * 1e-6,
                 bytes: s.bytes,
@@ -185,6 +185,7 @@ impl TryFrom<TimelineFile> for Timeline {
             ranks: f.ranks,
             streams,
             links: f.links,
+            sites: Vec::new(),
             spans,
             model_flops: f.model_flops,
             peak_flops: f.peak_flops,

@@ -6,7 +6,8 @@ pub mod file;
 pub mod metrics;
 
 use crate::exec::sim::SimResult;
-use crate::plan::{OpClass, OpId, Plan, StreamInfo};
+use crate::plan::{OpClass, OpId, OpLabel, Plan, StreamInfo};
+use std::borrow::Cow;
 use crate::topology::Topology;
 
 /// Where a span runs.
@@ -18,12 +19,21 @@ pub enum Lane {
     Link(u32),
 }
 
+/// A span's label: the parts of a plan op's label (rendered on demand against
+/// [`Timeline::sites`], so building a timeline of millions of spans allocates no strings),
+/// or text as read back from a file.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SpanLabel {
+    Op(OpLabel),
+    Text(Box<str>),
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Span {
     pub lane: Lane,
     pub op: OpId,
     pub class: OpClass,
-    pub label: String,
+    pub label: SpanLabel,
     pub start: f64,
     pub end: f64,
     pub bytes: u64,
@@ -54,6 +64,8 @@ pub struct Timeline {
     pub ranks: u32,
     pub streams: Vec<StreamInfo>,
     pub links: Vec<String>,
+    /// Site names that [`SpanLabel::Op`] labels index.
+    pub sites: Vec<String>,
     /// Stream spans in op-id order, then link spans in completion order.
     pub spans: Vec<Span>,
     pub model_flops: f64,
@@ -77,9 +89,9 @@ impl Timeline {
                 lane: Lane::Stream(o.stream),
                 op: id as OpId,
                 class: o.kind.class(),
-                label: plan.label(id as OpId),
-                start: sim.start[id],
-                end: sim.end[id],
+                label: SpanLabel::Op(plan.op_label(id as OpId)),
+                start: sim.times[id].start,
+                end: sim.times[id].end,
                 bytes: o.kind.bytes(),
                 flops: o.kind.flops(),
             });
@@ -96,7 +108,7 @@ impl Timeline {
                 lane: Lane::Link(idx),
                 op: ls.op,
                 class: OpClass::Send,
-                label: plan.label(ls.op),
+                label: SpanLabel::Op(plan.op_label(ls.op)),
                 start: ls.start,
                 end: ls.end,
                 bytes: ls.bytes,
@@ -110,9 +122,18 @@ impl Timeline {
             ranks: plan.ranks,
             streams: plan.streams.clone(),
             links,
+            sites: plan.sites.clone(),
             spans,
             model_flops: plan.model_flops,
             peak_flops,
+        }
+    }
+
+    /// A span's label as text, e.g. `fc1.gemm[s2]`.
+    pub fn label<'a>(&self, span: &'a Span) -> Cow<'a, str> {
+        match &span.label {
+            SpanLabel::Op(l) => Cow::Owned(l.render(&self.sites)),
+            SpanLabel::Text(t) => Cow::Borrowed(t),
         }
     }
 

@@ -25,7 +25,7 @@ enum Event<'a> {
         args: MetaArgs,
     },
     Span {
-        name: &'a str,
+        name: std::borrow::Cow<'a, str>,
         cat: &'static str,
         ph: &'static str,
         ts: f64,
@@ -113,7 +113,7 @@ pub fn chrome_trace(timelines: &[&Timeline]) -> String {
                 Lane::Link(i) => (links_pid, i),
             };
             ev.push(Event::Span {
-                name: &s.label,
+                name: tl.label(s),
                 cat: s.class.name(),
                 ph: "X",
                 ts: s.start * 1e6,

@@ -86,6 +86,8 @@ proptest! {
                 prop_assert!(r.plan.partner(i as u32) != flashoverlap::plan::NO_PARTNER);
             }
         }
+        // The dependency graph (with rendezvous) is acyclic.
+        prop_assert!(r.plan.check_deadlock_free().is_ok());
     }
 
     /// More bandwidth or less latency never makes a strategy slower (no interference,

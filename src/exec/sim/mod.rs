@@ -13,6 +13,7 @@
 //! its route; compute ops take the cost model's time.
 
 mod network;
+mod queue;
 
 use crate::cost::{self, CostError};
 use crate::fasthash::IntMap;
@@ -21,8 +22,7 @@ use crate::scenario::Hardware;
 use crate::topology::{Router, TopologyError};
 use network::Network;
 use ordered_float::NotNan;
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use queue::RadixQueue;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SimError {
@@ -78,23 +78,40 @@ pub struct LinkSpan {
     pub bytes: u64,
 }
 
+/// When one op ran, in seconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OpTimes {
+    pub start: f64,
+    pub end: f64,
+}
+
 /// Start and end (seconds) of every op, in op-id order, plus link occupancy.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimResult {
-    pub start: Vec<f64>,
-    pub end: Vec<f64>,
+    pub times: Vec<OpTimes>,
     pub link_spans: Vec<LinkSpan>,
     pub events: u64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Ev {
     OpDone(OpId),
     FlowStart(u32),
     FlowDone(u32, u32),
 }
 
-type Key = Reverse<(NotNan<f64>, u64, Ev)>;
+
+#[derive(Debug, Clone, Copy)]
+struct LaunchState {
+    /// Unmet conditions: dependency edges not yet done, plus 1 until the launch is the head
+    /// of its stream.
+    pending: u32,
+    /// Ops of the launch not yet done.
+    remaining: u32,
+}
+
+/// Marks a send or recv in the duration table: its time comes from the network.
+const COMM: f64 = -1.0;
 
 struct Transfer {
     send: OpId,
@@ -109,16 +126,16 @@ struct Engine<'p> {
     opts: &'p SimOptions,
     now: f64,
     seq: u64,
-    queue: BinaryHeap<Key>,
+    queue: RadixQueue<Ev>,
     events: u64,
-    start: Vec<f64>,
-    end: Vec<f64>,
-    posted: Vec<bool>,
+    /// Per op: `start` is NaN until the op starts; until the op is done, `end` holds its
+    /// cost-model duration ([`COMM`] for sends and recvs). Moves into the result.
+    times: Vec<OpTimes>,
+    /// The launch of every op (a compact copy of `Op::launch`).
+    op_launch: Vec<LaunchId>,
+    /// Per-launch state.
+    launch: Vec<LaunchState>,
     done_ops: usize,
-    /// Unmet conditions per launch: dependency edges not yet done, plus 1 until it is the
-    /// head of its stream.
-    pending: Vec<u32>,
-    remaining_ops: Vec<u32>,
     net: Network,
     transfers: Vec<Transfer>,
     routes: IntMap<(u32, u32), (u32, u32, f64)>,
@@ -129,51 +146,79 @@ struct Engine<'p> {
 /// Run `plan` on `hw`; rank r runs on GPU r of the topology.
 pub fn simulate(plan: &Plan, hw: &Hardware, opts: &SimOptions) -> Result<SimResult, SimError> {
     hw.topology.require_gpus(plan.ranks as usize)?;
-    let mut e = Engine::new(plan, hw, opts);
+    let mut e = Engine::new(plan, hw, opts)?;
     e.run()?;
     Ok(SimResult {
-        start: e.start,
-        end: e.end,
+        times: e.times,
         link_spans: e.link_spans,
         events: e.events,
     })
 }
 
 impl<'p> Engine<'p> {
-    fn new(plan: &'p Plan, hw: &'p Hardware, opts: &'p SimOptions) -> Engine<'p> {
-        let nl = plan.launch_count();
-        let nops = plan.op_count();
-        let mut pending = vec![0u32; nl];
-        let mut remaining_ops = vec![0u32; nl];
+    /// Per-op and per-launch state in one pass over the plan. Consecutive ops often share a
+    /// shape, so the last GEMM's time is reused.
+    fn new(plan: &'p Plan, hw: &'p Hardware, opts: &'p SimOptions) -> Result<Engine<'p>, SimError> {
+        let gpu = &hw.gpu;
+        let mut launch = vec![
+            LaunchState {
+                pending: 0,
+                remaining: 0,
+            };
+            plan.launch_count()
+        ];
+        let mut times = Vec::with_capacity(plan.op_count());
+        let mut op_launch = Vec::with_capacity(plan.op_count());
+        let mut last: Option<((u64, u64, u64, usize), f64)> = None;
         for (id, o) in plan.ops.iter().enumerate() {
-            remaining_ops[o.launch as usize] += 1;
-            pending[o.launch as usize] += plan.deps(id as OpId).len() as u32;
+            let ls = &mut launch[o.launch as usize];
+            ls.remaining += 1;
+            ls.pending += plan.deps(id as OpId).len() as u32;
+            let duration = match o.kind {
+                OpKind::Gemm { m, n, k, dtype } => {
+                    let shape = (m, n, k, dtype as usize);
+                    match last {
+                        Some((s, t)) if s == shape => t,
+                        _ => {
+                            let t = cost::gemm_time(gpu, m, n, k, dtype)?;
+                            last = Some((shape, t));
+                            t
+                        }
+                    }
+                }
+                OpKind::Elementwise { bytes, .. } => cost::elementwise_time(gpu, bytes),
+                OpKind::Copy { bytes } => cost::elementwise_time(gpu, bytes.saturating_mul(2)),
+                OpKind::Send { .. } | OpKind::Recv { .. } => COMM,
+            };
+            times.push(OpTimes {
+                start: f64::NAN,
+                end: duration,
+            });
+            op_launch.push(o.launch);
         }
-        for l in 0..nl as LaunchId {
+        for l in 0..plan.launch_count() as LaunchId {
             if let Some(n) = plan.next_launch(l) {
-                pending[n as usize] += 1;
+                launch[n as usize].pending += 1;
             }
         }
-        Engine {
+        Ok(Engine {
             plan,
             hw,
             opts,
             now: 0.0,
             seq: 0,
-            queue: BinaryHeap::with_capacity(1024),
+            queue: RadixQueue::new(),
             events: 0,
-            start: vec![f64::NAN; nops],
-            end: vec![f64::NAN; nops],
-            posted: vec![false; nops],
+            times,
+            op_launch,
+            launch,
             done_ops: 0,
-            pending,
-            remaining_ops,
             net: Network::new(&hw.topology),
             transfers: Vec::new(),
             routes: IntMap::default(),
             router: Router::new(&hw.topology),
             link_spans: Vec::new(),
-        }
+        })
     }
 
     fn schedule(&mut self, at: f64, ev: Ev, op: OpId) -> Result<(), SimError> {
@@ -183,35 +228,33 @@ impl<'p> Engine<'p> {
             });
         }
         debug_assert!(at >= self.now, "scheduling into the past");
-        let at = at.max(self.now);
+        let at = NotNan::new(at.max(self.now)).expect("finite time");
         self.seq += 1;
-        self.queue.push(Reverse((
-            NotNan::new(at).expect("finite time"),
-            self.seq,
-            ev,
-        )));
+        let queued = self.queue.push(queue::key(at, self.seq), ev);
+        debug_assert!(queued, "keys are non-decreasing");
         Ok(())
     }
 
     fn run(&mut self) -> Result<(), SimError> {
         for l in 0..self.plan.launch_count() as LaunchId {
-            if self.pending[l as usize] == 0 {
+            if self.launch[l as usize].pending == 0 {
                 self.start_launch(l)?;
             }
         }
-        while let Some(Reverse((t, _, ev))) = self.queue.pop() {
+        while let Some((key, ev)) = self.queue.pop() {
             self.events += 1;
             if self.events > self.opts.max_events {
                 return Err(SimError::EventBudget {
                     budget: self.opts.max_events,
                 });
             }
-            self.now = t.into_inner();
+            self.now = queue::time_of(key);
             match ev {
                 Ev::OpDone(op) => self.op_done(op)?,
                 Ev::FlowStart(f) => self.flow_start(f)?,
                 Ev::FlowDone(f, v) => {
-                    if self.net.flows[f as usize].version == v && self.net.flows[f as usize].active
+                    let fl = &self.net.flows[f as usize];
+                    if fl.version == v && fl.active
                     {
                         self.flow_done(f)?;
                     }
@@ -234,7 +277,7 @@ impl<'p> Engine<'p> {
         for s in 0..self.plan.streams.len() as u32 {
             for &l in self.plan.stream_launches(s) {
                 let first = self.plan.launch_ops(l)[0];
-                if self.start[first as usize].is_nan() {
+                if self.times[first as usize].start.is_nan() {
                     return (self.plan.label(first), self.plan.ops[first as usize].rank);
                 }
             }
@@ -242,32 +285,20 @@ impl<'p> Engine<'p> {
         (String::from("?"), 0)
     }
 
-    fn duration(&self, op: OpId) -> Result<f64, SimError> {
-        let gpu = &self.hw.gpu;
-        Ok(match self.plan.ops[op as usize].kind {
-            OpKind::Gemm { m, n, k, dtype } => cost::gemm_time(gpu, m, n, k, dtype)?,
-            OpKind::Elementwise { bytes, .. } => cost::elementwise_time(gpu, bytes),
-            OpKind::Copy { bytes } => cost::elementwise_time(gpu, bytes.saturating_mul(2)),
-            OpKind::Send { .. } | OpKind::Recv { .. } => 0.0,
-        })
-    }
-
     fn start_launch(&mut self, l: LaunchId) -> Result<(), SimError> {
         let plan = self.plan;
         for &op in plan.launch_ops(l) {
-            self.start[op as usize] = self.now;
-            match plan.ops[op as usize].kind {
-                OpKind::Send { .. } | OpKind::Recv { .. } => {
-                    self.posted[op as usize] = true;
-                    let p = plan.partner(op);
-                    if p != NO_PARTNER && self.posted[p as usize] {
-                        self.begin_transfer(op, p)?;
-                    }
+            let t = &mut self.times[op as usize];
+            t.start = self.now;
+            let d = t.end;
+            if d == COMM {
+                // A send or recv is posted once it has a start time.
+                let p = plan.partner(op);
+                if p != NO_PARTNER && !self.times[p as usize].start.is_nan() {
+                    self.begin_transfer(op, p)?;
                 }
-                _ => {
-                    let d = self.duration(op)?;
-                    self.schedule(self.now + d, Ev::OpDone(op), op)?;
-                }
+            } else {
+                self.schedule(self.now + d, Ev::OpDone(op), op)?;
             }
         }
         Ok(())
@@ -370,23 +401,26 @@ impl<'p> Engine<'p> {
     }
 
     fn op_done(&mut self, op: OpId) -> Result<(), SimError> {
-        self.end[op as usize] = self.now;
+        self.times[op as usize].end = self.now;
+        let l = self.op_launch[op as usize];
         self.done_ops += 1;
         let plan = self.plan;
-        for &l in plan.dependents(op) {
-            self.pending[l as usize] -= 1;
-            if self.pending[l as usize] == 0 {
-                self.start_launch(l)?;
+        for &d in plan.dependents(op) {
+            let ls = &mut self.launch[d as usize];
+            ls.pending -= 1;
+            if ls.pending == 0 {
+                self.start_launch(d)?;
             }
         }
-        let l = self.plan.ops[op as usize].launch;
-        self.remaining_ops[l as usize] -= 1;
-        if self.remaining_ops[l as usize] == 0 {
-            if let Some(nl) = plan.next_launch(l) {
-                self.pending[nl as usize] -= 1;
-                if self.pending[nl as usize] == 0 {
-                    self.start_launch(nl)?;
-                }
+        let ls = &mut self.launch[l as usize];
+        ls.remaining -= 1;
+        if ls.remaining == 0
+            && let Some(nl) = plan.next_launch(l)
+        {
+            let ns = &mut self.launch[nl as usize];
+            ns.pending -= 1;
+            if ns.pending == 0 {
+                self.start_launch(nl)?;
             }
         }
         Ok(())

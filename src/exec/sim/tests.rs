@@ -270,7 +270,7 @@ fn two_flows(same_link: bool) -> (f64, f64) {
     }
     let plan = b.finish().unwrap();
     let r = simulate(&plan, &hw, &SimOptions::default()).unwrap();
-    (r.end[ids[0] as usize], r.end[ids[1] as usize])
+    (r.times[ids[0] as usize].end, r.times[ids[1] as usize].end)
 }
 
 #[test]
@@ -356,4 +356,45 @@ fn free_links_cost_only_latency() {
         gemm,
         "infinite bandwidth, zero latency: only compute remains",
     );
+}
+
+/// Without the plan-level check, the engine itself reports a rendezvous deadlock: two ranks
+/// that both send first, each in its own launch ahead of its recv on one in-order stream.
+#[test]
+fn head_to_head_sends_deadlock_in_the_engine() {
+    let mut b = PlanBuilder::new(2);
+    b.site("x");
+    let t = OpTag {
+        site: 0,
+        step: 0,
+        slice: 0,
+    };
+    for (me, peer) in [(0u32, 1u32), (1, 0)] {
+        let st = b.stream(me, "comm", StreamKind::Comm);
+        let send = OpKind::Send {
+            peer,
+            bytes: 8,
+            tag: u64::from(me),
+        };
+        b.single(st, send, &[], t).unwrap();
+        let recv = OpKind::Recv {
+            peer,
+            bytes: 8,
+            tag: u64::from(peer),
+            accumulate: false,
+        };
+        b.single(st, recv, &[], t).unwrap();
+    }
+    let plan = b.finish().unwrap();
+    assert!(plan.check_deadlock_free().is_err());
+    let hw = scenario(2, 100.0, Workload::GemmRs).hardware;
+    match simulate(&plan, &hw, &SimOptions::default()) {
+        Err(SimError::Deadlock {
+            done, total, rank, ..
+        }) => {
+            assert_eq!((done, total), (0, 4));
+            assert_eq!(rank, 0);
+        }
+        other => panic!("expected a deadlock, got {other:?}"),
+    }
 }

@@ -89,10 +89,11 @@ pub fn run(a: Args) -> Result<(), CliError> {
             events = ev;
             ops = n;
         }
-        let best_i = (0..walls.len())
-            .min_by(|&a, &b| walls[a].total_cmp(&walls[b]))
-            .unwrap_or(0);
-        let ph = phases[best_i];
+        // Per phase, the fastest repetition: on a shared machine the minimum is the
+        // estimate least disturbed by other tenants.
+        let ph = phases.iter().fold([f64::INFINITY; 3], |m, p| {
+            [m[0].min(p[0]), m[1].min(p[1]), m[2].min(p[2])]
+        });
         walls.sort_by(f64::total_cmp);
         let best = walls[0];
         let median = walls[walls.len() / 2];
@@ -106,7 +107,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
             events as f64 / best
         );
         println!(
-            "    phases of the best run: build {:.2} ms, simulate {:.2} ms ({:.0} events/s), timeline+metrics {:.2} ms",
+            "    fastest of each phase: build {:.2} ms, simulate {:.2} ms ({:.0} events/s), timeline+metrics {:.2} ms",
             ph[0] * 1e3,
             ph[1] * 1e3,
             events as f64 / ph[1].max(1e-12),

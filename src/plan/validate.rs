@@ -3,7 +3,6 @@
 //! has no cycle, so an executor that follows it cannot deadlock.
 
 use super::*;
-use crate::fasthash::IntMap;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum PlanError {
@@ -145,9 +144,13 @@ pub(super) fn finish(b: PlanBuilder) -> Result<Plan, PlanError> {
     Ok(plan)
 }
 
+/// Match every recv with the send of the same (src, dst, tag), by sorting both sides on
+/// that key and walking them together (no hashing; the plan's op order decides which
+/// error is reported, never memory layout). Errors, in this order: a bad peer (first in
+/// op order, sends before recvs), a duplicate send (the earliest op that repeats an
+/// earlier send's key), the earliest recv without a send or with a different size, the
+/// earliest send without a recv.
 fn match_p2p(plan: &Plan) -> Result<Vec<OpId>, PlanError> {
-    let mut partner = vec![NO_PARTNER; plan.ops.len()];
-    let mut sends: IntMap<(u32, u32, u64), OpId> = IntMap::default();
     let check_peer = |id: usize, o: &Op, peer: u32| -> Result<(), PlanError> {
         let why = if peer >= plan.ranks {
             "outside the plan"
@@ -163,55 +166,98 @@ fn match_p2p(plan: &Plan) -> Result<Vec<OpId>, PlanError> {
             why,
         })
     };
+    // (src, dst, tag, op): a recv's src is its peer.
+    let mut sends: Vec<(u32, u32, u64, OpId)> = Vec::new();
+    let mut recvs: Vec<(u32, u32, u64, OpId)> = Vec::new();
     for (id, o) in plan.ops.iter().enumerate() {
         if let OpKind::Send { peer, tag, .. } = o.kind {
             check_peer(id, o, peer)?;
-            if sends.insert((o.rank, peer, tag), id as OpId).is_some() {
-                return Err(PlanError::DuplicateSend {
-                    src: o.rank,
-                    dst: peer,
-                    tag,
-                });
-            }
+            sends.push((o.rank, peer, tag, id as OpId));
         }
     }
     for (id, o) in plan.ops.iter().enumerate() {
-        if let OpKind::Recv {
-            peer, tag, bytes, ..
-        } = o.kind
-        {
+        if let OpKind::Recv { peer, tag, .. } = o.kind {
             check_peer(id, o, peer)?;
-            let Some(s) = sends.remove(&(peer, o.rank, tag)) else {
-                return Err(PlanError::UnmatchedRecv {
-                    op: id as OpId,
-                    label: plan.label(id as OpId),
-                    src: peer,
-                    tag,
-                });
-            };
-            let sb = plan.ops[s as usize].kind.bytes();
-            if sb != bytes {
-                return Err(PlanError::SizeMismatch {
-                    send: s,
-                    recv: id as OpId,
-                    send_bytes: sb,
-                    recv_bytes: bytes,
-                });
-            }
-            partner[id] = s;
-            partner[s as usize] = id as OpId;
+            recvs.push((peer, o.rank, tag, id as OpId));
         }
     }
-    // Report the lowest-numbered unmatched send, independent of hash order.
-    if let Some(&s) = sends.values().min() {
-        let o = &plan.ops[s as usize];
-        let OpKind::Send { peer, tag, .. } = o.kind else {
-            unreachable!("only sends are stored")
-        };
+    sends.sort_unstable();
+    recvs.sort_unstable();
+    let key = |e: &(u32, u32, u64, OpId)| (e.0, e.1, e.2);
+    if let Some(w) = sends
+        .windows(2)
+        .filter(|w| key(&w[0]) == key(&w[1]))
+        .min_by_key(|w| w[1].3)
+    {
+        return Err(PlanError::DuplicateSend {
+            src: w[1].0,
+            dst: w[1].1,
+            tag: w[1].2,
+        });
+    }
+    let mut partner = vec![NO_PARTNER; plan.ops.len()];
+    // The earliest failing recv: (op, error).
+    let mut bad_recv: Option<(OpId, PlanError)> = None;
+    let mut note = |op: OpId, e: PlanError| {
+        if bad_recv.as_ref().is_none_or(|(b, _)| op < *b) {
+            bad_recv = Some((op, e));
+        }
+    };
+    let mut si = 0;
+    let mut prev_key = None;
+    for r in &recvs {
+        let k = key(r);
+        let repeat = prev_key == Some(k);
+        prev_key = Some(k);
+        while si < sends.len() && key(&sends[si]) < k {
+            si += 1;
+        }
+        // Equal recv keys are sorted by op id: the first takes the send, the rest have none.
+        let matched = !repeat && si < sends.len() && key(&sends[si]) == k;
+        if !matched {
+            note(
+                r.3,
+                PlanError::UnmatchedRecv {
+                    op: r.3,
+                    label: plan.label(r.3),
+                    src: r.0,
+                    tag: r.2,
+                },
+            );
+            continue;
+        }
+        let s = sends[si].3;
+        let (sb, rb) = (
+            plan.ops[s as usize].kind.bytes(),
+            plan.ops[r.3 as usize].kind.bytes(),
+        );
+        if sb != rb {
+            note(
+                r.3,
+                PlanError::SizeMismatch {
+                    send: s,
+                    recv: r.3,
+                    send_bytes: sb,
+                    recv_bytes: rb,
+                },
+            );
+            continue;
+        }
+        partner[r.3 as usize] = s;
+        partner[s as usize] = r.3;
+    }
+    if let Some((_, e)) = bad_recv {
+        return Err(e);
+    }
+    if let Some(&(_, dst, tag, s)) = sends
+        .iter()
+        .filter(|e| partner[e.3 as usize] == NO_PARTNER)
+        .min_by_key(|e| e.3)
+    {
         return Err(PlanError::UnmatchedSend {
             op: s,
             label: plan.label(s),
-            dst: peer,
+            dst,
             tag,
         });
     }

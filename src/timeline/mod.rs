@@ -7,8 +7,8 @@ pub mod metrics;
 
 use crate::exec::sim::SimResult;
 use crate::plan::{OpClass, OpId, OpLabel, Plan, StreamInfo};
-use std::borrow::Cow;
 use crate::topology::Topology;
+use std::borrow::Cow;
 
 /// Where a span runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -100,7 +100,6 @@ enum Ev {
     FlowDone(u32, u32),
 }
 
-
 #[derive(Debug, Clone, Copy)]
 struct LaunchState {
     /// Unmet conditions: dependency edges not yet done, plus 1 until the launch is the head
@@ -254,8 +253,7 @@ impl<'p> Engine<'p> {
                 Ev::FlowStart(f) => self.flow_start(f)?,
                 Ev::FlowDone(f, v) => {
                     let fl = &self.net.flows[f as usize];
-                    if fl.version == v && fl.active
-                    {
+                    if fl.version == v && fl.active {
                         self.flow_done(f)?;
                     }
                 }

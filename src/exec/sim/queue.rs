@@ -30,6 +30,9 @@ pub(super) fn time_of(key: u128) -> f64 {
 #[derive(Debug)]
 pub(super) struct RadixQueue<T> {
     buckets: Vec<Vec<(u128, T)>>,
+    /// Bit `i − 1` set iff bucket `i` (1..=128) is non-empty, so finding the lowest
+    /// non-empty bucket is one `trailing_zeros`.
+    occupied: u128,
     last: u128,
     len: usize,
 }
@@ -42,6 +45,7 @@ impl<T: Copy> RadixQueue<T> {
     pub fn new() -> RadixQueue<T> {
         RadixQueue {
             buckets: (0..BUCKETS).map(|_| Vec::new()).collect(),
+            occupied: 0,
             last: 0,
             len: 0,
         }
@@ -58,20 +62,32 @@ impl<T: Copy> RadixQueue<T> {
         if key < self.last {
             return false;
         }
-        self.buckets[bucket(key, self.last)].push((key, item));
+        self.put(key, item);
         self.len += 1;
         true
+    }
+
+    fn put(&mut self, key: u128, item: T) {
+        let b = bucket(key, self.last);
+        self.buckets[b].push((key, item));
+        if b > 0 {
+            self.occupied |= 1 << (b - 1);
+        }
     }
 
     /// The entry with the smallest key.
     pub fn pop(&mut self) -> Option<(u128, T)> {
         if self.buckets[0].is_empty() {
-            let i = (1..BUCKETS).find(|&i| !self.buckets[i].is_empty())?;
+            if self.occupied == 0 {
+                return None;
+            }
+            let i = self.occupied.trailing_zeros() as usize + 1;
+            self.occupied &= !(1 << (i - 1));
             let mut moving = std::mem::take(&mut self.buckets[i]);
             let min = moving.iter().map(|e| e.0).min().expect("non-empty bucket");
             self.last = min;
-            for &e in &moving {
-                self.buckets[bucket(e.0, min)].push(e);
+            for &(k, item) in &moving {
+                self.put(k, item);
             }
             moving.clear();
             // Keep the allocation for the next time this bucket fills.

@@ -443,6 +443,7 @@ pub fn scenario_from_file(
             fc1_width: model.fc1_width(),
             ffn: model.ffn,
             gated: model.activation.gated(),
+            activation: model.activation,
             dtype,
         };
         crate::strategy::check_shape(st, &shape).map_err(|e| {

@@ -11,8 +11,10 @@
 //! Storage is flat (one `Vec` per field, CSR for lists) so a plan of millions of ops stays
 //! compact and cheap to walk.
 
+mod dataflow;
 mod validate;
 
+pub use dataflow::{BufId, BufInit, BufferInfo, DataflowError, OpIo, Region};
 pub use validate::PlanError;
 
 use crate::scenario::DType;
@@ -229,6 +231,11 @@ pub struct Plan {
     dependent_launches: Vec<LaunchId>,
     /// The launch after each launch on its stream (`NO_LAUNCH` for the last).
     next_launch: Vec<LaunchId>,
+    /// Data flow (see [`dataflow`](self::dataflow)): per-rank buffers, each op's regions
+    /// (empty when the strategy gave none) and each rank's result region.
+    pub buffers: Vec<BufferInfo>,
+    pub io: Vec<OpIo>,
+    pub outputs: Vec<Region>,
 }
 
 pub const NO_PARTNER: OpId = OpId::MAX;
@@ -270,6 +277,16 @@ impl Plan {
     pub fn next_launch(&self, l: LaunchId) -> Option<LaunchId> {
         let n = self.next_launch[l as usize];
         (n != NO_LAUNCH).then_some(n)
+    }
+    /// Whether the strategy attached data flow (buffers and regions) to every op.
+    pub fn has_dataflow(&self) -> bool {
+        !self.io.is_empty()
+    }
+    /// An order in which launch starts (`2·l`) and ends (`2·l + 1`) can be issued by one
+    /// host thread so that everything each waits for was issued before it: what an
+    /// executor that enqueues work on asynchronous streams needs. Fails on a deadlock.
+    pub fn issue_order(&self) -> Result<Vec<u32>, PlanError> {
+        validate::topological_order(self)
     }
     pub fn site_name(&self, op: OpId) -> &str {
         &self.sites[self.ops[op as usize].tag.site as usize]
@@ -322,6 +339,9 @@ pub struct PlanBuilder {
     next_tag: u64,
     model_flops: f64,
     limit: usize,
+    buffers: Vec<BufferInfo>,
+    io: Vec<Option<OpIo>>,
+    outputs: Vec<Region>,
 }
 
 /// The most ops one plan may hold; bigger plans are refused rather than exhausting memory.
@@ -340,6 +360,9 @@ impl PlanBuilder {
             next_tag: 0,
             model_flops: 0.0,
             limit: DEFAULT_OP_LIMIT,
+            buffers: Vec::new(),
+            io: Vec::new(),
+            outputs: Vec::new(),
         }
     }
 
@@ -364,6 +387,41 @@ impl PlanBuilder {
             kind,
         });
         (self.streams.len() - 1) as StreamId
+    }
+
+    /// Declare a buffer on `rank`: `rows × cols` elements of `dtype`, row-major.
+    pub fn buffer(
+        &mut self,
+        rank: u32,
+        name: &str,
+        rows: u64,
+        cols: u64,
+        dtype: DType,
+        init: BufInit,
+    ) -> BufId {
+        self.buffers.push(BufferInfo {
+            rank,
+            name: name.to_string(),
+            rows,
+            cols,
+            dtype,
+            init,
+        });
+        (self.buffers.len() - 1) as BufId
+    }
+
+    /// Attach data flow to an op already added.
+    pub fn set_io(&mut self, op: OpId, io: OpIo) {
+        let i = op as usize;
+        if self.io.len() <= i {
+            self.io.resize(i + 1, None);
+        }
+        self.io[i] = Some(io);
+    }
+
+    /// Name the region that holds a rank's result (one per rank, in rank order).
+    pub fn output(&mut self, region: Region) {
+        self.outputs.push(region);
     }
 
     /// Intern a site name (e.g. `fc1`).

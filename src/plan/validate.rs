@@ -56,6 +56,8 @@ pub enum PlanError {
         label: String,
         rank: u32,
     },
+    #[error("data flow: {0}")]
+    Dataflow(super::DataflowError),
 }
 
 fn csr(keys: impl Iterator<Item = u32> + Clone, buckets: usize) -> (Vec<u32>, Vec<u32>) {
@@ -85,6 +87,9 @@ pub(super) fn finish(b: PlanBuilder) -> Result<Plan, PlanError> {
         deps,
         launch_stream,
         model_flops,
+        buffers,
+        io,
+        outputs,
         ..
     } = b;
     for s in &streams {
@@ -139,8 +144,38 @@ pub(super) fn finish(b: PlanBuilder) -> Result<Plan, PlanError> {
         dependent_start,
         dependent_launches,
         next_launch,
+        buffers,
+        io: Vec::new(),
+        outputs,
     };
     plan.partner = match_p2p(&plan)?;
+    if io.iter().any(Option::is_some) || !plan.outputs.is_empty() {
+        let mut all = Vec::with_capacity(plan.ops.len());
+        for (id, o) in plan.ops.iter().enumerate() {
+            let op = id as OpId;
+            let x = io
+                .get(id)
+                .copied()
+                .flatten()
+                .ok_or(super::DataflowError::Missing { op })?;
+            super::dataflow::check_op(op, o.rank, &o.kind, &x, &plan.buffers)?;
+            all.push(x);
+        }
+        plan.io = all;
+        for (r, o) in plan.outputs.iter().enumerate() {
+            let ok = plan
+                .buffers
+                .get(o.buf as usize)
+                .is_some_and(|b| b.rank == r as u32 && o.end_row() <= b.rows);
+            if !ok {
+                return Err(super::DataflowError::Shape {
+                    op: 0,
+                    what: format!("output region of rank {r} is not within one of its buffers"),
+                }
+                .into());
+            }
+        }
+    }
     Ok(plan)
 }
 
@@ -270,6 +305,13 @@ fn match_p2p(plan: &Plan) -> Result<Vec<OpId>, PlanError> {
 /// `end(L) → start(next launch on L's stream)`, `end(L) → start(D)` for each launch D
 /// that depends on an op of L.
 pub(super) fn check_acyclic(plan: &Plan) -> Result<(), PlanError> {
+    topological_order(plan).map(|_| ())
+}
+
+/// Launch-start (`2·l`) and launch-end (`2·l + 1`) events in an order that respects
+/// stream order, dependencies and rendezvous (a launch ends only after every partner
+/// launch of its sends and recvs has started). Deterministic: a stack seeded in node order.
+pub(super) fn topological_order(plan: &Plan) -> Result<Vec<u32>, PlanError> {
     let nl = plan.launch_count();
     let mut indeg = vec![0u32; 2 * nl];
     for l in 0..nl {
@@ -287,7 +329,7 @@ pub(super) fn check_acyclic(plan: &Plan) -> Result<(), PlanError> {
     let mut stack: Vec<u32> = (0..2 * nl as u32)
         .filter(|&v| indeg[v as usize] == 0)
         .collect();
-    let mut seen = 0usize;
+    let mut order = Vec::with_capacity(2 * nl);
     let release = |t: usize, stack: &mut Vec<u32>, indeg: &mut [u32]| {
         indeg[t] -= 1;
         if indeg[t] == 0 {
@@ -295,7 +337,7 @@ pub(super) fn check_acyclic(plan: &Plan) -> Result<(), PlanError> {
         }
     };
     while let Some(v) = stack.pop() {
-        seen += 1;
+        order.push(v);
         let l = (v / 2) as LaunchId;
         if v % 2 == 0 {
             release(2 * l as usize + 1, &mut stack, &mut indeg);
@@ -317,8 +359,8 @@ pub(super) fn check_acyclic(plan: &Plan) -> Result<(), PlanError> {
             }
         }
     }
-    if seen == 2 * nl {
-        return Ok(());
+    if order.len() == 2 * nl {
+        return Ok(order);
     }
     let stuck = (0..2 * nl)
         .find(|&v| indeg[v] > 0)

@@ -9,9 +9,9 @@
 
 mod sites;
 
-pub use sites::{Blocks, RankStreams};
+pub use sites::{Blocks, RankStreams, block_region};
 
-use crate::plan::{Plan, PlanBuilder, PlanError};
+use crate::plan::{BufInit, Plan, PlanBuilder, PlanError, Region};
 use crate::scenario::{Scenario, Strategy, Workload};
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -40,6 +40,7 @@ pub struct MlpShape {
     /// FC2 input width over all ranks (ffn).
     pub ffn: u64,
     pub gated: bool,
+    pub activation: crate::scenario::Activation,
     pub dtype: crate::scenario::DType,
 }
 
@@ -52,6 +53,7 @@ impl MlpShape {
             fc1_width: sc.model.fc1_width(),
             ffn: sc.model.ffn,
             gated: sc.model.activation.gated(),
+            activation: sc.model.activation,
             dtype: sc.dtype,
         }
     }
@@ -101,25 +103,41 @@ pub fn build(sc: &Scenario, workload: Workload, strategy: Strategy) -> Result<Pl
     check_shape(strategy, &shape)?;
     let mut b = PlanBuilder::new(shape.ranks);
     let streams = RankStreams::declare(&mut b);
-    let nblocks = blocks(strategy, shape.ranks);
     let (m, h) = (shape.tokens, shape.hidden);
-    match workload {
+    let n = shape.ranks as u64;
+    let shard = m / n;
+    // Each rank's result: all of `y` for AG+GEMM, its own shard of the reduced sums
+    // otherwise.
+    let shard_of = |bufs: Vec<crate::plan::BufId>| -> Vec<Region> {
+        bufs.iter()
+            .enumerate()
+            .map(|(r, &p)| Region::rows(p, r as u64 * shard, shard))
+            .collect()
+    };
+    let outputs = match workload {
         Workload::AgGemm => {
             b.add_model_flops(crate::cost::gemm_flops(m, shape.fc1_width, h));
-            sites::ag_gemm(&mut b, &streams, strategy, "fc1", &shape, shape.fc1_width)?;
+            let y = sites::ag_gemm(&mut b, &streams, strategy, "fc1", &shape, shape.fc1_width)?;
+            y.bufs.iter().map(|&y| Region::rows(y, 0, m)).collect()
         }
         Workload::GemmRs => {
             b.add_model_flops(crate::cost::gemm_flops(m, h, shape.ffn));
-            let ready = Blocks::inputs_ready(shape.ranks, nblocks);
-            sites::gemm_rs(&mut b, &streams, strategy, "fc2", &shape, &ready)?;
+            let a = sites::per_rank(&mut b, "a", m, shape.ffn / n, shape.dtype, |_| {
+                BufInit::Local
+            });
+            let ready = Blocks::inputs_ready(strategy, shape.ranks, m, a);
+            shard_of(sites::gemm_rs(&mut b, &streams, strategy, "fc2", &shape, &ready)?)
         }
         Workload::Mlp => {
             b.add_model_flops(crate::cost::gemm_flops(m, shape.fc1_width, h));
             b.add_model_flops(crate::cost::gemm_flops(m, h, shape.ffn));
             let fc1 = sites::ag_gemm(&mut b, &streams, strategy, "fc1", &shape, shape.fc1_width)?;
             let act = sites::activation(&mut b, &streams, strategy, "act", &shape, &fc1)?;
-            sites::gemm_rs(&mut b, &streams, strategy, "fc2", &shape, &act)?;
+            shard_of(sites::gemm_rs(&mut b, &streams, strategy, "fc2", &shape, &act)?)
         }
+    };
+    for o in outputs {
+        b.output(o);
     }
     Ok(b.finish()?)
 }

@@ -1,7 +1,9 @@
 //! The two kinds of site and the collectives inside them.
 
 use super::{MlpShape, StrategyError, blocks};
-use crate::plan::{EltKind, OpId, OpKind, OpTag, PlanBuilder, StreamId, StreamKind};
+use crate::plan::{
+    BufId, BufInit, EltKind, OpId, OpIo, OpKind, OpTag, PlanBuilder, Region, StreamId, StreamKind,
+};
 use crate::scenario::Strategy;
 
 /// The streams of every rank: one compute stream and one communication stream.
@@ -25,18 +27,61 @@ impl RankStreams {
 }
 
 /// Per rank, per token block: the op after which that block's data is ready on that rank
-/// (`None`: ready from the start).
+/// (`None`: ready from the start), where the block's rows are (`rows[j]`, the same on
+/// every rank) and in which buffer of each rank (`bufs[r]`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Blocks {
     pub ready: Vec<Vec<Option<OpId>>>,
+    pub rows: Vec<Region>,
+    pub bufs: Vec<BufId>,
 }
 
 impl Blocks {
-    pub fn inputs_ready(ranks: u32, nblocks: u64) -> Blocks {
+    /// Blocks of `bufs` that are ready from the start.
+    pub fn inputs_ready(strategy: Strategy, ranks: u32, tokens: u64, bufs: Vec<BufId>) -> Blocks {
+        let nb = blocks(strategy, ranks);
         Blocks {
-            ready: vec![vec![None; nblocks as usize]; ranks as usize],
+            ready: vec![vec![None; nb as usize]; ranks as usize],
+            rows: (0..nb)
+                .map(|j| block_region(strategy, ranks, tokens, j))
+                .collect(),
+            bufs,
         }
     }
+
+    /// Block `j`'s rows in rank `r`'s buffer.
+    pub fn region(&self, r: usize, j: usize) -> Region {
+        self.rows[j].on(self.bufs[r])
+    }
+}
+
+/// The rows of token block `j` (token order, rank b's shard = rows `b·M/N ..`): for
+/// `flash`, block j is rank j's shard; for `sequential` / `chunked:K`, chunk j takes rows
+/// `j·p .. (j+1)·p` of every rank's shard (p = M/(N·K)), a strided region.
+pub fn block_region(strategy: Strategy, ranks: u32, tokens: u64, j: u64) -> Region {
+    let n = ranks as u64;
+    let shard = tokens / n;
+    match strategy {
+        Strategy::Flash => Region::rows(0, j * shard, shard),
+        Strategy::Sequential | Strategy::Chunked(_) => {
+            let p = shard / blocks(strategy, ranks);
+            Region::strided(0, j * p, p * n, ranks, shard)
+        }
+    }
+}
+
+/// One buffer per rank.
+pub fn per_rank(
+    b: &mut PlanBuilder,
+    name: &str,
+    rows: u64,
+    cols: u64,
+    dtype: crate::scenario::DType,
+    init: impl Fn(u64) -> BufInit,
+) -> Vec<BufId> {
+    (0..b.ranks())
+        .map(|r| b.buffer(r, name, rows, cols, dtype, init(r as u64)))
+        .collect()
 }
 
 fn tag(site: u16, step: u64, slice: u64) -> OpTag {
@@ -65,6 +110,7 @@ fn ring_step(
     send_tag: OpTag,
     recv_tag: OpTag,
     accumulate: bool,
+    io: (Region, Region),
 ) -> Result<OpId, StrategyError> {
     let n = tags.len() as u64;
     let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
@@ -74,14 +120,17 @@ fn ring_step(
         bytes: piece,
         tag: tags[r as usize],
     };
-    b.add(l, send, send_deps, send_tag)?;
+    let s = b.add(l, send, send_deps, send_tag)?;
+    b.set_io(s, OpIo::Send { src: io.0 });
     let recv = OpKind::Recv {
         peer: prev as u32,
         bytes: piece,
         tag: tags[prev as usize],
         accumulate,
     };
-    Ok(b.add(l, recv, &[], recv_tag)?)
+    let id = b.add(l, recv, &[], recv_tag)?;
+    b.set_io(id, OpIo::Recv { dst: io.1 });
+    Ok(id)
 }
 
 /// A ring all-gather (`accumulate = false`) or reduce-scatter (`true`) of `piece` bytes
@@ -89,7 +138,8 @@ fn ring_step(
 /// group of a send to r+1 and a recv from r−1. Step k of rank r forwards block
 /// `(r − k) mod N` (AG) or `(r − k − 1) mod N` (RS). `first[r]` is what rank r's first
 /// send waits for. Returns each rank's last recv (the collective is done on that rank
-/// when it completes), or `None` for a single rank.
+/// when it completes), or `None` for a single rank. `region(r, j)` is where block j lives
+/// on rank r (sent from there, received or accumulated into there).
 fn ring(
     b: &mut PlanBuilder,
     st: &RankStreams,
@@ -97,6 +147,7 @@ fn ring(
     piece: u64,
     accumulate: bool,
     first: &[Option<OpId>],
+    region: &dyn Fn(u64, u64) -> Region,
 ) -> Result<Vec<Option<OpId>>, StrategyError> {
     let n = b.ranks() as u64;
     let mut last = vec![None; n as usize];
@@ -124,6 +175,7 @@ fn ring(
                 tag(site, k, block),
                 tag(site, k, rblock),
                 accumulate,
+                (region(r, block), region(r, rblock)),
             )?);
         }
     }
@@ -132,7 +184,8 @@ fn ring(
 
 /// All-gather of the sequence-sharded input (M/N × hidden per rank), then the
 /// column-parallel GEMM of the gathered rows with this rank's weight shard
-/// (hidden × width/N). Returns, per rank, the GEMM op of each token block.
+/// (hidden × width/N). Declares, per rank, `x` (the gathered input, own shard filled),
+/// `w_<site>` and `y_<site>`; returns, per rank, the GEMM op of each token block of `y`.
 pub fn ag_gemm(
     b: &mut PlanBuilder,
     st: &RankStreams,
@@ -145,24 +198,53 @@ pub fn ag_gemm(
     let n = s.ranks as u64;
     let nb = blocks(strategy, s.ranks);
     let rows = s.tokens / nb;
-    let gemm = OpKind::Gemm {
-        m: rows,
-        n: width / n,
-        k: s.hidden,
-        dtype: s.dtype,
+    let shard = s.tokens / n;
+    let x = per_rank(b, "x", s.tokens, s.hidden, s.dtype, |r| BufInit::Global {
+        row0: r * shard,
+        rows: shard,
+    });
+    let w = per_rank(b, &format!("w_{site_name}"), s.hidden, width / n, s.dtype, |_| {
+        BufInit::Local
+    });
+    let y = per_rank(b, &format!("y_{site_name}"), s.tokens, width / n, s.dtype, |_| {
+        BufInit::Poison
+    });
+    let xin = Blocks::inputs_ready(strategy, s.ranks, s.tokens, x.clone());
+    let gemm_op = |b: &mut PlanBuilder,
+                       r: usize,
+                       j: usize,
+                       d: &[OpId],
+                       t: OpTag|
+     -> Result<OpId, StrategyError> {
+        let id = b.single(st.compute[r], gemm_kind(rows, width / n, s.hidden, s), d, t)?;
+        b.set_io(
+            id,
+            OpIo::Gemm {
+                a: xin.region(r, j),
+                b: w[r],
+                c: xin.rows[j].on(y[r]),
+            },
+        );
+        Ok(id)
     };
-    let mut out = Blocks::inputs_ready(s.ranks, nb);
+    let mut out = Blocks::inputs_ready(strategy, s.ranks, s.tokens, y.clone());
     match strategy {
         Strategy::Sequential | Strategy::Chunked(_) => {
             // Comm-first: gather chunk i, then multiply it while chunk i+1 is gathered.
-            let piece = rows / n * s.hidden * s.dtype.bytes();
+            let p = rows / n;
+            let piece = p * s.hidden * s.dtype.bytes();
             let none = vec![None; n as usize];
             for i in 0..nb {
-                let gathered = ring(b, st, site, piece, false, &none)?;
-                #[allow(clippy::needless_range_loop)]
+                let at = |r: u64, blk: u64| Region::rows(x[r as usize], blk * shard + i * p, p);
+                let gathered = ring(b, st, site, piece, false, &none, &at)?;
                 for r in 0..n as usize {
-                    out.ready[r][i as usize] =
-                        Some(b.single(st.compute[r], gemm, &deps(gathered[r]), tag(site, i, i))?);
+                    out.ready[r][i as usize] = Some(gemm_op(
+                        b,
+                        r,
+                        i as usize,
+                        &deps(gathered[r]),
+                        tag(site, i, i),
+                    )?);
                 }
             }
         }
@@ -176,7 +258,9 @@ pub fn ag_gemm(
                 let tags: Vec<u64> = (0..n).map(|_| b.msg_tag()).collect();
                 for r in 0..n {
                     let j = (r + 2 * n - k - 1) % n;
-                    let send_tag = tag(site, k, (r + n - k % n) % n);
+                    let sj = (r + n - k % n) % n;
+                    let send_tag = tag(site, k, sj);
+                    let xr = x[r as usize];
                     let id = ring_step(
                         b,
                         st,
@@ -187,6 +271,10 @@ pub fn ag_gemm(
                         send_tag,
                         tag(site, k, j),
                         false,
+                        (
+                            Region::rows(xr, sj * shard, shard),
+                            Region::rows(xr, j * shard, shard),
+                        ),
                     )?;
                     recv[r as usize] = Some(id);
                     got[r as usize][j as usize] = Some(id);
@@ -197,7 +285,7 @@ pub fn ag_gemm(
                     let j = (r + n - k) % n;
                     let d = deps(got[r as usize][j as usize]);
                     out.ready[r as usize][j as usize] =
-                        Some(b.single(st.compute[r as usize], gemm, &d, tag(site, k, j))?);
+                        Some(gemm_op(b, r as usize, j as usize, &d, tag(site, k, j))?);
                 }
             }
         }
@@ -226,7 +314,8 @@ pub fn activation(
         kind: EltKind::Activation,
         bytes,
     };
-    let mut out = Blocks::inputs_ready(s.ranks, nb);
+    let a = per_rank(b, "a", s.tokens, out_width, s.dtype, |_| BufInit::Poison);
+    let mut out = Blocks::inputs_ready(strategy, s.ranks, s.tokens, a);
     for r in 0..n as usize {
         // Follow the producer's order so the compute stream does not stall.
         let mut order: Vec<(OpId, usize)> = input.ready[r]
@@ -236,20 +325,40 @@ pub fn activation(
             .collect();
         order.sort_unstable();
         for (step, (_, j)) in order.into_iter().enumerate() {
-            out.ready[r][j] = Some(b.single(
+            let id = b.single(
                 st.compute[r],
                 kind,
                 &deps(input.ready[r][j]),
                 tag(site, step as u64, j as u64),
-            )?);
+            )?;
+            b.set_io(
+                id,
+                OpIo::Activation {
+                    out: out.region(r, j),
+                    input: input.region(r, j),
+                    func: s.activation,
+                },
+            );
+            out.ready[r][j] = Some(id);
         }
     }
     Ok(out)
 }
 
-/// The row-parallel GEMM (rows × ffn/N times ffn/N × hidden) of each token block, then the
-/// reduce-scatter of the partial sums over tokens, so each rank ends with its own M/N
-/// rows, fully reduced.
+fn gemm_kind(m: u64, n: u64, k: u64, s: &MlpShape) -> OpKind {
+    OpKind::Gemm {
+        m,
+        n,
+        k,
+        dtype: s.dtype,
+    }
+}
+
+/// The row-parallel GEMM (rows × ffn/N times ffn/N × hidden) of each token block of
+/// `input`, then the reduce-scatter of the partial sums over tokens, so each rank ends
+/// with its own M/N rows, fully reduced. Declares, per rank, `w_<site>`, `p_<site>` (the
+/// partial sums; the rank's shard rows of it are its result) and, for `flash`, `r_<site>`
+/// (where the running sums arrive).
 pub fn gemm_rs(
     b: &mut PlanBuilder,
     st: &RankStreams,
@@ -257,34 +366,50 @@ pub fn gemm_rs(
     site_name: &str,
     s: &MlpShape,
     input: &Blocks,
-) -> Result<(), StrategyError> {
+) -> Result<Vec<BufId>, StrategyError> {
     let site = b.site(site_name);
     let n = s.ranks as u64;
     let nb = blocks(strategy, s.ranks);
     let rows = s.tokens / nb;
-    let gemm = OpKind::Gemm {
-        m: rows,
-        n: s.hidden,
-        k: s.ffn / n,
-        dtype: s.dtype,
+    let shard = s.tokens / n;
+    let w = per_rank(b, &format!("w_{site_name}"), s.ffn / n, s.hidden, s.dtype, |_| {
+        BufInit::Local
+    });
+    let p = per_rank(b, &format!("p_{site_name}"), s.tokens, s.hidden, s.dtype, |_| {
+        BufInit::Poison
+    });
+    let gemm = gemm_kind(rows, s.hidden, s.ffn / n, s);
+    let gemm_op = |b: &mut PlanBuilder,
+                   r: usize,
+                   j: usize,
+                   t: OpTag|
+     -> Result<OpId, StrategyError> {
+        let id = b.single(st.compute[r], gemm, &deps(input.ready[r][j]), t)?;
+        b.set_io(
+            id,
+            OpIo::Gemm {
+                a: input.region(r, j),
+                b: w[r],
+                c: input.rows[j].on(p[r]),
+            },
+        );
+        Ok(id)
     };
     match strategy {
         Strategy::Sequential | Strategy::Chunked(_) => {
             // Compute-first: multiply chunk i, then reduce-scatter it while chunk i+1 is
             // multiplied.
-            let piece = rows / n * s.hidden * s.dtype.bytes();
+            let pr = rows / n;
+            let piece = pr * s.hidden * s.dtype.bytes();
             for i in 0..nb as usize {
                 let mut done = Vec::with_capacity(n as usize);
                 for r in 0..n as usize {
-                    let d = deps(input.ready[r][i]);
-                    done.push(Some(b.single(
-                        st.compute[r],
-                        gemm,
-                        &d,
-                        tag(site, i as u64, i as u64),
-                    )?));
+                    done.push(Some(gemm_op(b, r, i, tag(site, i as u64, i as u64))?));
                 }
-                ring(b, st, site, piece, true, &done)?;
+                let at = |r: u64, blk: u64| {
+                    Region::rows(p[r as usize], blk * shard + i as u64 * pr, pr)
+                };
+                ring(b, st, site, piece, true, &done, &at)?;
             }
         }
         Strategy::Flash => {
@@ -296,47 +421,59 @@ pub fn gemm_rs(
                 kind: EltKind::Add,
                 bytes: crate::cost::add_traffic(piece),
             };
+            let recv_buf = per_rank(b, &format!("r_{site_name}"), s.tokens, s.hidden, s.dtype, |_| {
+                BufInit::Poison
+            });
             let slice = |r: u64, k: u64| (r + 2 * n - 1 - k % n) % n;
+            let at = |buf: BufId, j: u64| Region::rows(buf, j * shard, shard);
             let mut partial = vec![vec![0 as OpId; n as usize]; n as usize];
             for r in 0..n {
                 for k in 0..n {
                     let j = slice(r, k);
-                    partial[r as usize][k as usize] = b.single(
-                        st.compute[r as usize],
-                        gemm,
-                        &deps(input.ready[r as usize][j as usize]),
-                        tag(site, k, j),
-                    )?;
+                    partial[r as usize][k as usize] =
+                        gemm_op(b, r as usize, j as usize, tag(site, k, j))?;
                 }
             }
-            // What rank r's send at step k carries: the partial (k = 0) or the sum.
+            // What rank r's send at step k carries: the partial (k = 0) or the sum, both
+            // in `p` (the sum is added in place).
             let mut carry: Vec<OpId> = (0..n as usize).map(|r| partial[r][0]).collect();
             for k in 0..n.saturating_sub(1) {
                 let tags: Vec<u64> = (0..n).map(|_| b.msg_tag()).collect();
                 let mut recvs = Vec::with_capacity(n as usize);
                 for r in 0..n {
+                    let ru = r as usize;
                     recvs.push(ring_step(
                         b,
                         st,
                         r,
                         piece,
                         &tags,
-                        &[carry[r as usize]],
+                        &[carry[ru]],
                         tag(site, k, slice(r, k)),
                         tag(site, k + 1, slice(r, k + 1)),
                         false,
+                        (at(p[ru], slice(r, k)), at(recv_buf[ru], slice(r, k + 1))),
                     )?);
                 }
                 for r in 0..n as usize {
+                    let j = slice(r as u64, k + 1);
                     carry[r] = b.single(
                         st.comm[r],
                         add,
                         &[partial[r][k as usize + 1], recvs[r]],
-                        tag(site, k + 1, slice(r as u64, k + 1)),
+                        tag(site, k + 1, j),
                     )?;
+                    b.set_io(
+                        carry[r],
+                        OpIo::Add {
+                            out: at(p[r], j),
+                            x: at(p[r], j),
+                            y: at(recv_buf[r], j),
+                        },
+                    );
                 }
             }
         }
     }
-    Ok(())
+    Ok(p)
 }

@@ -2,7 +2,9 @@
 //! whole cause chain of an error printed once.
 
 mod bench;
+mod calibrate;
 mod list;
+mod run;
 mod simulate;
 
 use clap::{Parser, Subcommand};
@@ -36,6 +38,12 @@ pub enum Command {
     Simulate(Box<simulate::Args>),
     /// List the embedded model, hardware and scenario presets.
     List,
+    /// Run a scenario's strategies on the GPUs present (`--features cuda`), check every
+    /// result against the reference, and write measured and predicted timelines.
+    Run(Box<run::Args>),
+    /// Measure this machine's GPU (`--features cuda`) and write a hardware profile under
+    /// hardware-profiles/measured/ (or refit saved measurements with --from).
+    Calibrate(calibrate::Args),
     /// Measure the simulator's own speed (events/s, wall time) on fixed cases.
     Bench(bench::Args),
 }
@@ -97,6 +105,8 @@ pub fn main() -> ExitCode {
         Command::Simulate(a) => simulate::run(*a),
         Command::List => list::run(),
         Command::Bench(a) => bench::run(a),
+        Command::Run(a) => run::run(*a),
+        Command::Calibrate(a) => calibrate::run(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

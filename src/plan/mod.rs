@@ -12,9 +12,11 @@
 //! compact and cheap to walk.
 
 mod dataflow;
+mod emulate;
 mod validate;
 
 pub use dataflow::{BufId, BufInit, BufferInfo, DataflowError, OpIo, Region};
+pub use emulate::{StandIn, emulate_rank};
 pub use validate::PlanError;
 
 use crate::scenario::DType;

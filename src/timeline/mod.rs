@@ -129,6 +129,44 @@ impl Timeline {
         }
     }
 
+    /// The measured timeline of `plan`: `times[op] = (start, end)` in seconds, as an
+    /// executor recorded them (no link lanes: hardware does not report per-link spans).
+    pub fn measured(
+        scenario: &str,
+        strategy: &str,
+        plan: &Plan,
+        times: &[(f64, f64)],
+        peak_flops: f64,
+    ) -> Timeline {
+        let spans = plan
+            .ops
+            .iter()
+            .enumerate()
+            .map(|(id, o)| Span {
+                lane: Lane::Stream(o.stream),
+                op: id as OpId,
+                class: o.kind.class(),
+                label: SpanLabel::Op(plan.op_label(id as OpId)),
+                start: times[id].0,
+                end: times[id].1,
+                bytes: o.kind.bytes(),
+                flops: o.kind.flops(),
+            })
+            .collect();
+        Timeline {
+            source: Source::Measured,
+            scenario: scenario.to_string(),
+            strategy: strategy.to_string(),
+            ranks: plan.ranks,
+            streams: plan.streams.clone(),
+            links: Vec::new(),
+            sites: plan.sites.clone(),
+            spans,
+            model_flops: plan.model_flops,
+            peak_flops,
+        }
+    }
+
     /// A span's label as text, e.g. `fc1.gemm[s2]`.
     pub fn label<'a>(&self, span: &'a Span) -> Cow<'a, str> {
         match &span.label {

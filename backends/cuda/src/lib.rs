@@ -1,0 +1,664 @@
+//! flashoverlap-cuda: the GPU executor.
+//!
+//! Runs a [`Program`] — buffers, streams, sync events and steps in issue order — on the
+//! GPUs of this process: cuBLAS bf16 GEMMs, elementwise kernels compiled by NVRTC,
+//! copy-engine copies (peer copies across devices), stream waits, and a pair of timing
+//! events around every span. One host thread issues every step, in the program's order
+//! (which the lowering made a valid issue order: every event is recorded before it is
+//! waited on). The only crate of the project with `unsafe`.
+//!
+//! Missing pieces are reported, never panicked on: [`probe`] checks for the driver,
+//! cuBLAS and NVRTC libraries and for a GPU before any of them is called.
+
+mod program;
+
+pub use program::*;
+
+use cudarc::cublas::sys as cublas;
+use cudarc::driver::{result as cu, sys as drv};
+use std::ffi::{CString, c_void};
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CudaError {
+    #[error(
+        "the CUDA library `{lib}` was not found (searched the loader path; on the lent H200 set \
+         LD_LIBRARY_PATH to the nvidia/cu13/lib folder of the Python site-packages)"
+    )]
+    MissingLibrary { lib: &'static str },
+    #[error("no CUDA GPU is visible ({0})")]
+    NoGpu(String),
+    #[error("the program needs {need} GPUs, {have} are visible")]
+    TooFewGpus { need: u32, have: u32 },
+    #[error("CUDA driver call `{call}` failed: {msg}")]
+    Driver { call: &'static str, msg: String },
+    #[error("cuBLAS call `{call}` failed with status {status}")]
+    Cublas { call: &'static str, status: String },
+    #[error("NVRTC could not compile the kernels: {0}")]
+    Nvrtc(String),
+    #[error("invalid program: {0}")]
+    Program(String),
+    #[error("a run did not finish within {secs} s: {what}")]
+    Timeout { secs: f64, what: String },
+}
+
+type Result<T> = std::result::Result<T, CudaError>;
+
+fn drv_err(call: &'static str) -> impl FnOnce(cu::DriverError) -> CudaError {
+    move |e| CudaError::Driver {
+        call,
+        msg: format!("{e:?}"),
+    }
+}
+
+fn blas(call: &'static str, s: cublas::cublasStatus_t) -> Result<()> {
+    if s == cublas::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+        Ok(())
+    } else {
+        Err(CudaError::Cublas {
+            call,
+            status: format!("{s:?}"),
+        })
+    }
+}
+
+/// What [`probe`] found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceInfo {
+    pub ordinal: u32,
+    pub name: String,
+    pub sm_count: u32,
+    pub memory_bytes: u64,
+    pub compute_capability: (i32, i32),
+}
+
+/// Check the libraries and list the GPUs, without panicking when something is missing.
+pub fn probe() -> Result<Vec<DeviceInfo>> {
+    // SAFETY: only tries to open the shared libraries.
+    unsafe {
+        if !drv::is_culib_present() {
+            return Err(CudaError::MissingLibrary { lib: "libcuda" });
+        }
+        if !cublas::is_culib_present() {
+            return Err(CudaError::MissingLibrary { lib: "libcublas" });
+        }
+        if !cudarc::nvrtc::sys::is_culib_present() {
+            return Err(CudaError::MissingLibrary { lib: "libnvrtc" });
+        }
+    }
+    cu::init().map_err(|e| CudaError::NoGpu(format!("cuInit: {e:?}")))?;
+    let n = cu::device::get_count().map_err(drv_err("cuDeviceGetCount"))?;
+    if n <= 0 {
+        return Err(CudaError::NoGpu("cuDeviceGetCount returned 0".into()));
+    }
+    let mut out = Vec::new();
+    for i in 0..n {
+        let dev = cu::device::get(i).map_err(drv_err("cuDeviceGet"))?;
+        let attr = |a| unsafe { cu::device::get_attribute(dev, a) };
+        let sm = attr(drv::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(drv_err("cuDeviceGetAttribute"))?;
+        let major = attr(drv::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+            .map_err(drv_err("cuDeviceGetAttribute"))?;
+        let minor = attr(drv::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
+            .map_err(drv_err("cuDeviceGetAttribute"))?;
+        out.push(DeviceInfo {
+            ordinal: i as u32,
+            name: cu::device::get_name(dev).map_err(drv_err("cuDeviceGetName"))?,
+            sm_count: sm as u32,
+            memory_bytes: unsafe { cu::device::total_mem(dev) }.map_err(drv_err("cuDeviceTotalMem"))?
+                as u64,
+            compute_capability: (major, minor),
+        });
+    }
+    Ok(out)
+}
+
+struct Dev {
+    ctx: drv::CUcontext,
+    module: drv::CUmodule,
+    f_fill: drv::CUfunction,
+    f_random: drv::CUfunction,
+    f_add8: drv::CUfunction,
+    f_add: drv::CUfunction,
+    f_act: drv::CUfunction,
+    sms: u32,
+}
+
+/// Measured times of one run, seconds from the run's start on each span's device.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Measured {
+    pub spans: Vec<(f64, f64)>,
+    /// From the first start to the last end over all spans.
+    pub wall: f64,
+}
+
+/// A program loaded on its devices: buffers allocated, streams, events and cuBLAS handles
+/// made. Drop frees everything.
+pub struct Loaded {
+    devs: Vec<Dev>,
+    program: Program,
+    bufs: Vec<drv::CUdeviceptr>,
+    streams: Vec<drv::CUstream>,
+    handles: Vec<Option<cublas::cublasHandle_t>>,
+    events: Vec<drv::CUevent>,
+    marks: Vec<(drv::CUevent, drv::CUevent)>,
+    t0: Vec<drv::CUevent>,
+}
+
+const POISON: u16 = 0x7fc0;
+
+impl Loaded {
+    /// Check the program, compile the kernels, allocate and set up everything.
+    pub fn new(program: Program) -> Result<Loaded> {
+        let infos = probe()?;
+        let need = program.devices();
+        if need as usize > infos.len() {
+            return Err(CudaError::TooFewGpus {
+                need,
+                have: infos.len() as u32,
+            });
+        }
+        check(&program)?;
+        let ptx = cudarc::nvrtc::compile_ptx(KERNELS).map_err(|e| CudaError::Nvrtc(format!("{e:?}")))?;
+        let image = CString::new(ptx.to_src()).map_err(|e| CudaError::Nvrtc(e.to_string()))?;
+        let mut l = Loaded {
+            devs: Vec::new(),
+            program,
+            bufs: Vec::new(),
+            streams: Vec::new(),
+            handles: Vec::new(),
+            events: Vec::new(),
+            marks: Vec::new(),
+            t0: Vec::new(),
+        };
+        for d in 0..need.max(1) {
+            // SAFETY: plain driver calls on a device that exists; handles are kept in
+            // `l` and released in Drop.
+            unsafe {
+                let dev = cu::device::get(d as i32).map_err(drv_err("cuDeviceGet"))?;
+                let ctx = cu::primary_ctx::retain(dev).map_err(drv_err("cuDevicePrimaryCtxRetain"))?;
+                cu::ctx::set_current(ctx).map_err(drv_err("cuCtxSetCurrent"))?;
+                let module = cu::module::load_data(image.as_ptr() as *const c_void)
+                    .map_err(drv_err("cuModuleLoadData"))?;
+                let f = |n: &str| {
+                    cu::module::get_function(module, CString::new(n).unwrap())
+                        .map_err(drv_err("cuModuleGetFunction"))
+                };
+                l.devs.push(Dev {
+                    ctx,
+                    module,
+                    f_fill: f("fill_u16")?,
+                    f_random: f("fill_random")?,
+                    f_add8: f("add_v8")?,
+                    f_add: f("add_u16")?,
+                    f_act: f("act_u16")?,
+                    sms: infos[d as usize].sm_count,
+                });
+                l.t0.push(event()?);
+            }
+        }
+        for b in &l.program.buffers {
+            l.bind(b.device)?;
+            let bytes = (b.elems.max(1) * 2) as usize;
+            // SAFETY: a plain allocation, freed in Drop.
+            let p = unsafe { cu::malloc_sync(bytes) }.map_err(|e| CudaError::Driver {
+                call: "cuMemAlloc",
+                msg: format!("{e:?} allocating {bytes} B"),
+            })?;
+            l.bufs.push(p);
+        }
+        for i in 0..l.program.streams.len() {
+            l.bind(l.program.streams[i])?;
+            let s = cu::stream::create(cu::stream::StreamKind::NonBlocking)
+                .map_err(drv_err("cuStreamCreate"))?;
+            l.streams.push(s);
+            l.handles.push(None);
+        }
+        for step in &l.program.steps {
+            if let Step::Launch {
+                stream,
+                kernel: Kernel::Gemm { .. },
+            } = *step
+            {
+                let s = stream as usize;
+                if l.handles[s].is_none() {
+                    l.bind(l.program.streams[s])?;
+                    let mut h = std::ptr::null_mut();
+                    // SAFETY: out-pointer to a handle, destroyed in Drop.
+                    blas("cublasCreate", unsafe { cublas::cublasCreate_v2(&mut h) })?;
+                    blas("cublasSetStream", unsafe {
+                        cublas::cublasSetStream_v2(h, l.streams[s] as _)
+                    })?;
+                    l.handles[s] = Some(h);
+                }
+            }
+        }
+        for _ in 0..l.program.events {
+            l.events.push(event()?);
+        }
+        for _ in 0..l.program.spans {
+            l.marks.push((event()?, event()?));
+        }
+        Ok(l)
+    }
+
+    pub fn program(&self) -> &Program {
+        &self.program
+    }
+
+    fn bind(&self, device: u32) -> Result<()> {
+        // SAFETY: the context was retained in `new`.
+        unsafe { cu::ctx::set_current(self.devs[device as usize].ctx) }.map_err(drv_err("cuCtxSetCurrent"))
+    }
+
+    fn ptr(&self, p: Ptr) -> drv::CUdeviceptr {
+        self.bufs[p.buf as usize] + p.offset * 2
+    }
+
+    fn launch(&self, dev: u32, f: drv::CUfunction, n: u64, stream: drv::CUstream, params: &mut [*mut c_void]) -> Result<()> {
+        let sms = self.devs[dev as usize].sms.max(1) as u64;
+        let blocks = n.div_ceil(256).clamp(1, sms * 16) as u32;
+        // SAFETY: `f` comes from our module; `params` point at live locals of the caller
+        // whose types match the kernel's signature.
+        unsafe { cu::launch_kernel(f, (blocks, 1, 1), (256, 1, 1), 0, stream, params) }
+            .map_err(drv_err("cuLaunchKernel"))
+    }
+
+    /// Fill every buffer as its `Init` says (poison, random data), then synchronise.
+    pub fn initialise(&self) -> Result<()> {
+        for (i, b) in self.program.buffers.iter().enumerate() {
+            self.bind(b.device)?;
+            let s = std::ptr::null_mut();
+            let mut p = self.bufs[i];
+            let mut n = b.elems;
+            let mut v = POISON;
+            let d = &self.devs[b.device as usize];
+            self.launch(b.device, d.f_fill, n, s, &mut [ptr_of(&mut p), ptr_of(&mut n), ptr_of(&mut v)])?;
+            if let Init::Random { key, offset, len, index0 } = b.init {
+                if offset + len > b.elems {
+                    return Err(CudaError::Program(format!("buffer {i}: random range past its end")));
+                }
+                let (mut p, mut n, mut key, mut i0) = (p + offset * 2, len, key, index0);
+                self.launch(b.device, d.f_random, n, s, &mut [ptr_of(&mut p), ptr_of(&mut n), ptr_of(&mut key), ptr_of(&mut i0)])?;
+            }
+        }
+        self.sync()
+    }
+
+    fn sync(&self) -> Result<()> {
+        for d in 0..self.devs.len() {
+            self.bind(d as u32)?;
+            cu::ctx::synchronize().map_err(drv_err("cuCtxSynchronize"))?;
+        }
+        Ok(())
+    }
+
+    /// Issue every step once and wait for the end; returns each span's times.
+    pub fn run(&self) -> Result<Measured> {
+        // Every stream waits for its device's start event, so nothing runs before t0.
+        for (d, &t0) in self.t0.iter().enumerate() {
+            self.bind(d as u32)?;
+            let first = self.program.streams.iter().position(|&x| x as usize == d);
+            let Some(first) = first else { continue };
+            unsafe { cu::event::record(t0, self.streams[first]) }.map_err(drv_err("cuEventRecord"))?;
+            for (s, &sd) in self.program.streams.iter().enumerate() {
+                if sd as usize == d && s != first {
+                    unsafe { cu::stream::wait_event(self.streams[s], t0, drv::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT) }
+                        .map_err(drv_err("cuStreamWaitEvent"))?;
+                }
+            }
+        }
+        for step in &self.program.steps {
+            match *step {
+                Step::Record { stream, event } => {
+                    self.bind(self.program.streams[stream as usize])?;
+                    unsafe { cu::event::record(self.events[event as usize], self.streams[stream as usize]) }
+                        .map_err(drv_err("cuEventRecord"))?;
+                }
+                Step::Wait { stream, event } => {
+                    self.bind(self.program.streams[stream as usize])?;
+                    unsafe {
+                        cu::stream::wait_event(
+                            self.streams[stream as usize],
+                            self.events[event as usize],
+                            drv::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+                        )
+                    }
+                    .map_err(drv_err("cuStreamWaitEvent"))?;
+                }
+                Step::Mark { stream, span, end } => {
+                    self.bind(self.program.streams[stream as usize])?;
+                    let (a, b) = self.marks[span as usize];
+                    unsafe { cu::event::record(if end { b } else { a }, self.streams[stream as usize]) }
+                        .map_err(drv_err("cuEventRecord"))?;
+                }
+                Step::Launch { stream, kernel } => self.kernel(stream, kernel)?,
+            }
+        }
+        self.sync()?;
+        let mut spans = Vec::with_capacity(self.marks.len());
+        let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+        let span_dev = self.span_devices();
+        for (i, &(a, b)) in self.marks.iter().enumerate() {
+            let t0 = self.t0[span_dev[i] as usize];
+            let s = unsafe { cu::event::elapsed(t0, a) }.map_err(drv_err("cuEventElapsedTime"))? as f64 * 1e-3;
+            let e = unsafe { cu::event::elapsed(t0, b) }.map_err(drv_err("cuEventElapsedTime"))? as f64 * 1e-3;
+            lo = lo.min(s);
+            hi = hi.max(e);
+            spans.push((s, e));
+        }
+        Ok(Measured {
+            spans,
+            wall: if hi >= lo { hi - lo } else { 0.0 },
+        })
+    }
+
+    fn span_devices(&self) -> Vec<u32> {
+        let mut d = vec![0u32; self.marks.len()];
+        for step in &self.program.steps {
+            if let Step::Mark { stream, span, .. } = *step {
+                d[span as usize] = self.program.streams[stream as usize];
+            }
+        }
+        d
+    }
+
+    fn kernel(&self, stream: u32, k: Kernel) -> Result<()> {
+        let dev = self.program.streams[stream as usize];
+        self.bind(dev)?;
+        let s = self.streams[stream as usize];
+        let d = &self.devs[dev as usize];
+        match k {
+            Kernel::Gemm { a, b, c, m, n, k, batch, stride_a, stride_c } => {
+                let h = self.handles[stream as usize].ok_or_else(|| CudaError::Program("GEMM on a stream without a handle".into()))?;
+                let (alpha, beta) = (1.0f32, 0.0f32);
+                let int = |v: u64, what: &str| {
+                    i32::try_from(v).map_err(|_| CudaError::Program(format!("GEMM {what} = {v} exceeds cuBLAS's int")))
+                };
+                // Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ: swap the operands.
+                let status = unsafe {
+                    cublas::cublasGemmStridedBatchedEx(
+                        h,
+                        cublas::cublasOperation_t::CUBLAS_OP_N,
+                        cublas::cublasOperation_t::CUBLAS_OP_N,
+                        int(n, "n")?,
+                        int(m, "m")?,
+                        int(k, "k")?,
+                        &alpha as *const f32 as *const c_void,
+                        self.ptr(b) as *const c_void,
+                        cublas::cudaDataType::CUDA_R_16BF,
+                        int(n, "n")?,
+                        0,
+                        self.ptr(a) as *const c_void,
+                        cublas::cudaDataType::CUDA_R_16BF,
+                        int(k, "k")?,
+                        stride_a as i64,
+                        &beta as *const f32 as *const c_void,
+                        self.ptr(c) as *mut c_void,
+                        cublas::cudaDataType::CUDA_R_16BF,
+                        int(n, "n")?,
+                        stride_c as i64,
+                        batch.max(1) as i32,
+                        cublas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                        cublas::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+                    )
+                };
+                blas("cublasGemmStridedBatchedEx", status)
+            }
+            Kernel::Add { out, x, y, block_elems, blocks } => {
+                let (mut po, mut px, mut py) = (self.ptr(out.ptr), self.ptr(x.ptr), self.ptr(y.ptr));
+                let (mut be, mut total) = (block_elems, block_elems * blocks.max(1) as u64);
+                let (mut so, mut sx, mut sy) = (out.stride, x.stride, y.stride);
+                let aligned = [po, px, py].iter().all(|p| p % 16 == 0)
+                    && [be, so, sx, sy].iter().all(|v| v % 8 == 0);
+                let (f, threads) = if aligned { (d.f_add8, total / 8) } else { (d.f_add, total) };
+                self.launch(dev, f, threads, s, &mut [
+                    ptr_of(&mut po), ptr_of(&mut px), ptr_of(&mut py), ptr_of(&mut be),
+                    ptr_of(&mut total), ptr_of(&mut so), ptr_of(&mut sx), ptr_of(&mut sy),
+                ])
+            }
+            Kernel::Act { out, input, block_rows, blocks, cols, out_stride_rows, in_stride_rows, func, gated } => {
+                let (mut po, mut pi) = (self.ptr(out), self.ptr(input));
+                let (mut br, mut tr, mut c) = (block_rows, block_rows * blocks.max(1) as u64, cols);
+                let (mut so, mut si) = (out_stride_rows, in_stride_rows);
+                let (mut f, mut g) = (func as i32, i32::from(gated));
+                self.launch(dev, d.f_act, tr * c, s, &mut [
+                    ptr_of(&mut po), ptr_of(&mut pi), ptr_of(&mut br), ptr_of(&mut tr),
+                    ptr_of(&mut c), ptr_of(&mut so), ptr_of(&mut si), ptr_of(&mut f), ptr_of(&mut g),
+                ])
+            }
+            Kernel::Copy { dst, src, bytes } => {
+                let (dd, sd) = (self.program.buffers[dst.buf as usize].device, self.program.buffers[src.buf as usize].device);
+                // SAFETY: both ranges were checked against their buffers in `check`.
+                unsafe {
+                    if dd == sd {
+                        cu::memcpy_dtod_async(self.ptr(dst), self.ptr(src), bytes as usize, s)
+                            .map_err(drv_err("cuMemcpyDtoDAsync"))
+                    } else {
+                        cu::memcpy_peer_async(
+                            self.devs[dd as usize].ctx,
+                            self.ptr(dst),
+                            self.devs[sd as usize].ctx,
+                            self.ptr(src),
+                            bytes as usize,
+                            s,
+                        )
+                        .map_err(drv_err("cuMemcpyPeerAsync"))
+                    }
+                }
+            }
+        }
+    }
+
+    /// Copy `len` elements of buffer `buf` from `offset` to the host (bf16 bits).
+    pub fn read(&self, buf: u32, offset: u64, len: u64) -> Result<Vec<u16>> {
+        let b = self
+            .program
+            .buffers
+            .get(buf as usize)
+            .ok_or_else(|| CudaError::Program(format!("no buffer {buf}")))?;
+        if offset + len > b.elems {
+            return Err(CudaError::Program(format!("read past the end of buffer {buf}")));
+        }
+        self.bind(b.device)?;
+        let mut host = vec![0u16; len as usize];
+        // SAFETY: the range is inside the allocation; the host slice has `len` elements.
+        unsafe { cu::memcpy_dtoh_sync(&mut host, self.bufs[buf as usize] + offset * 2) }
+            .map_err(drv_err("cuMemcpyDtoH"))?;
+        Ok(host)
+    }
+}
+
+fn ptr_of<T>(v: &mut T) -> *mut c_void {
+    v as *mut T as *mut c_void
+}
+
+fn event() -> Result<drv::CUevent> {
+    cu::event::create(drv::CUevent_flags::CU_EVENT_DEFAULT).map_err(drv_err("cuEventCreate"))
+}
+
+impl Drop for Loaded {
+    fn drop(&mut self) {
+        // SAFETY: each handle was created in `new` and is released once; errors while
+        // tearing down cannot be acted on.
+        unsafe {
+            let _ = self.sync();
+            for h in self.handles.iter().flatten() {
+                cublas::cublasDestroy_v2(*h);
+            }
+            for e in self.events.iter().chain(self.t0.iter()) {
+                let _ = cu::event::destroy(*e);
+            }
+            for (a, b) in &self.marks {
+                let _ = cu::event::destroy(*a);
+                let _ = cu::event::destroy(*b);
+            }
+            for (i, s) in self.streams.iter().enumerate() {
+                let _ = self.bind(self.program.streams[i]);
+                let _ = cu::stream::destroy(*s);
+            }
+            for (i, p) in self.bufs.iter().enumerate() {
+                let _ = self.bind(self.program.buffers[i].device);
+                let _ = cu::free_sync(*p);
+            }
+            for d in &self.devs {
+                let _ = cu::ctx::set_current(d.ctx);
+                let _ = cu::module::unload(d.module);
+            }
+        }
+    }
+}
+
+/// Bounds and index checks of a program, so that no step can touch memory outside its
+/// buffers or name a stream, event or span that does not exist.
+pub fn check(p: &Program) -> Result<()> {
+    let bad = |m: String| Err(CudaError::Program(m));
+    let region = |ptr: Ptr, elems: u64, what: &str| -> Result<()> {
+        let Some(b) = p.buffers.get(ptr.buf as usize) else {
+            return bad(format!("{what}: buffer {} does not exist", ptr.buf));
+        };
+        match ptr.offset.checked_add(elems) {
+            Some(end) if end <= b.elems => Ok(()),
+            _ => bad(format!(
+                "{what}: elements {}..+{elems} past the {} of buffer {}",
+                ptr.offset, b.elems, ptr.buf
+            )),
+        }
+    };
+    let span = |ptr: Ptr, block: u64, blocks: u32, stride: u64, what: &str| {
+        let n = blocks.max(1) as u64;
+        region(ptr, (n - 1).saturating_mul(stride).saturating_add(block), what)
+    };
+    for (i, st) in p.steps.iter().enumerate() {
+        let stream = match *st {
+            Step::Record { stream, event } | Step::Wait { stream, event } => {
+                if event >= p.events {
+                    return bad(format!("step {i}: event {event} does not exist"));
+                }
+                stream
+            }
+            Step::Mark { stream, span, .. } => {
+                if span >= p.spans {
+                    return bad(format!("step {i}: span {span} does not exist"));
+                }
+                stream
+            }
+            Step::Launch { stream, kernel } => {
+                let w = format!("step {i}");
+                match kernel {
+                    Kernel::Gemm { a, b, c, m, n, k, batch, stride_a, stride_c } => {
+                        span(a, m * k, batch, stride_a, &w)?;
+                        region(b, k * n, &w)?;
+                        span(c, m * n, batch, stride_c, &w)?;
+                    }
+                    Kernel::Add { out, x, y, block_elems, blocks } => {
+                        for o in [out, x, y] {
+                            span(o.ptr, block_elems, blocks, o.stride, &w)?;
+                        }
+                    }
+                    Kernel::Act { out, input, block_rows, blocks, cols, out_stride_rows, in_stride_rows, gated, .. } => {
+                        let ic = if gated { 2 * cols } else { cols };
+                        span(out, block_rows * cols, blocks, out_stride_rows * cols, &w)?;
+                        span(input, block_rows * ic, blocks, in_stride_rows * ic, &w)?;
+                    }
+                    Kernel::Copy { dst, src, bytes } => {
+                        if bytes % 2 != 0 {
+                            return bad(format!("{w}: copy of an odd byte count"));
+                        }
+                        region(dst, bytes / 2, &w)?;
+                        region(src, bytes / 2, &w)?;
+                    }
+                }
+                stream
+            }
+        };
+        if stream as usize >= p.streams.len() {
+            return bad(format!("step {i}: stream {stream} does not exist"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn check_rejects_out_of_bounds_and_unknown_names() {
+        let mut p = Program {
+            buffers: vec![Buffer { device: 0, elems: 64, init: Init::Poison }],
+            streams: vec![0],
+            events: 1,
+            spans: 1,
+            steps: vec![Step::Launch {
+                stream: 0,
+                kernel: Kernel::Copy {
+                    dst: Ptr { buf: 0, offset: 0 },
+                    src: Ptr { buf: 0, offset: 32 },
+                    bytes: 64,
+                },
+            }],
+        };
+        assert!(check(&p).is_ok());
+        p.steps[0] = Step::Launch {
+            stream: 0,
+            kernel: Kernel::Copy {
+                dst: Ptr { buf: 0, offset: 0 },
+                src: Ptr { buf: 0, offset: 33 },
+                bytes: 64,
+            },
+        };
+        assert!(check(&p).is_err());
+        p.steps[0] = Step::Wait { stream: 0, event: 1 };
+        assert!(check(&p).is_err());
+        p.steps[0] = Step::Mark { stream: 1, span: 0, end: false };
+        assert!(check(&p).is_err());
+    }
+
+    /// Runs only where a GPU is present; prints why it skips otherwise, and fails
+    /// instead of skipping when `REQUIRE_GPU=1`.
+    #[test]
+    fn add_kernel_adds_on_the_gpu() {
+        if let Err(e) = probe() {
+            assert!(std::env::var("REQUIRE_GPU").as_deref() != Ok("1"), "REQUIRE_GPU=1 but {e}");
+            eprintln!("skipped: {e}");
+            return;
+        }
+        let n = 4096u64;
+        let p = Program {
+            buffers: vec![
+                Buffer { device: 0, elems: n, init: Init::Random { key: 1, offset: 0, len: n, index0: 0 } },
+                Buffer { device: 0, elems: n, init: Init::Random { key: 2, offset: 0, len: n, index0: 0 } },
+                Buffer { device: 0, elems: n, init: Init::Poison },
+            ],
+            streams: vec![0],
+            events: 0,
+            spans: 1,
+            steps: vec![
+                Step::Mark { stream: 0, span: 0, end: false },
+                Step::Launch {
+                    stream: 0,
+                    kernel: Kernel::Add {
+                        out: Span2 { ptr: Ptr { buf: 2, offset: 0 }, stride: n },
+                        x: Span2 { ptr: Ptr { buf: 0, offset: 0 }, stride: n },
+                        y: Span2 { ptr: Ptr { buf: 1, offset: 0 }, stride: n },
+                        block_elems: n,
+                        blocks: 1,
+                    },
+                },
+                Step::Mark { stream: 0, span: 0, end: true },
+            ],
+        };
+        let l = Loaded::new(p).unwrap();
+        l.initialise().unwrap();
+        let m = l.run().unwrap();
+        assert!(m.spans[0].1 >= m.spans[0].0);
+        let out = l.read(2, 0, n).unwrap();
+        for (i, &o) in out.iter().enumerate() {
+            let want = f32_to_bf16(
+                bf16_to_f32(f32_to_bf16(random_value(1, i as u64)))
+                    + bf16_to_f32(f32_to_bf16(random_value(2, i as u64))),
+            );
+            assert_eq!(o, want, "element {i}");
+        }
+    }
+}

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# One call on the lent single-H200 machine: GPU unit tests, calibration, correctness of
+# every strategy (all ranks on the one GPU, copy-engine transport), and single-rank
+# schedules for validation. Everything lands in $OUT/all.tar.gz.
+#   Build here first:  cargo build --release --features cuda && \
+#     cargo test --release -p flashoverlap-cuda --no-run && scripts/stage-cuda.sh
+#   Then run through the device tool with carry [".build-cuda"].
+set -uo pipefail
+SP=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
+export LD_LIBRARY_PATH=$SP/cu13/lib:$SP/nccl/lib:${LD_LIBRARY_PATH:-}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+B=.build-cuda
+R=${OUT:-/tmp/out}/r
+mkdir -p "$R"
+exec > >(tee "$R/log.txt") 2>&1
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv
+ls $SP/cu13/lib | grep -E 'nvrtc|cublas' | head
+echo "== GPU unit tests"
+REQUIRE_GPU=1 $B/cuda-tests --test-threads 1
+echo "== calibrate"
+$B/flashoverlap calibrate --base h200-sxm-8 --name h200-measured --out "$R/h200-measured.toml" --force
+HW="$R/h200-measured.toml"
+[ -f "$HW" ] || HW=h200-sxm-8
+echo "== correctness: every strategy, all ranks on one GPU"
+for w in ag-gemm gemm-rs mlp; do for tp in 2 4 8; do
+  $B/flashoverlap run --hardware "$HW" --workload $w --tp $tp --batch 2 --seq 4096 \
+    --strategy sequential,chunked:2,chunked:4,flash --warmup 1 --repeats 3 \
+    --out "$R/check-$w-tp$tp" --force
+done; done
+echo "== single-rank schedules"
+for si in none copy; do for w in ag-gemm gemm-rs mlp; do for tp in 2 4 8; do for b in 4 16; do
+  [ $si = copy ] && [ $b = 4 ] && continue
+  $B/flashoverlap run --hardware "$HW" --workload $w --tp $tp --batch $b --seq 4096 \
+    --strategy sequential,chunked:2,chunked:4,flash --emulate-rank 0 --stand-in $si \
+    --warmup 3 --repeats 10 --out "$R/emu-$si-$w-tp$tp-b$b" --force
+done; done; done; done
+tar czf "${OUT:-/tmp/out}/all.tar.gz" -C "${OUT:-/tmp/out}" r
+echo done

@@ -1,0 +1,225 @@
+//! Measurements for `flashoverlap calibrate`: GEMM times over a grid of shapes, copy and
+//! add bandwidth, per-kernel launch cost, and the slowdown of a GEMM while a copy runs
+//! beside it (and of the copy while the GEMM runs).
+
+use super::{Calibration, GemmSample, GpuError};
+use flashoverlap_cuda as fc;
+
+fn cuda(e: fc::CudaError) -> GpuError {
+    GpuError::Cuda(e.to_string())
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn random(p: &mut fc::Program, elems: u64, key: u64) -> u32 {
+    p.buffers.push(fc::Buffer {
+        device: 0,
+        elems,
+        init: fc::Init::Random {
+            key,
+            offset: 0,
+            len: elems,
+            index0: 0,
+        },
+    });
+    p.buffers.len() as u32 - 1
+}
+
+fn timed(p: &mut fc::Program, stream: u32, kernel: fc::Kernel) -> u32 {
+    let span = p.spans;
+    p.spans += 1;
+    p.steps.push(fc::Step::Mark {
+        stream,
+        span,
+        end: false,
+    });
+    p.steps.push(fc::Step::Launch { stream, kernel });
+    p.steps.push(fc::Step::Mark {
+        stream,
+        span,
+        end: true,
+    });
+    span
+}
+
+fn at(buf: u32) -> fc::Ptr {
+    fc::Ptr { buf, offset: 0 }
+}
+
+fn gemm(a: u32, b: u32, c: u32, m: u64, n: u64, k: u64) -> fc::Kernel {
+    fc::Kernel::Gemm {
+        a: at(a),
+        b: at(b),
+        c: at(c),
+        m,
+        n,
+        k,
+        batch: 1,
+        stride_a: m * k,
+        stride_c: m * n,
+    }
+}
+
+/// Run `p` `repeats` times after `warmup`; per span, the median duration.
+fn durations(p: fc::Program, warmup: u32, repeats: u32) -> Result<Vec<f64>, GpuError> {
+    let l = fc::Loaded::new(p).map_err(cuda)?;
+    l.initialise().map_err(cuda)?;
+    for _ in 0..warmup {
+        l.run().map_err(cuda)?;
+    }
+    let mut per: Vec<Vec<f64>> = Vec::new();
+    for _ in 0..repeats.max(1) {
+        let m = l.run().map_err(cuda)?;
+        per.resize(m.spans.len(), Vec::new());
+        for (i, (s, e)) in m.spans.iter().enumerate() {
+            per[i].push(e - s);
+        }
+    }
+    Ok(per.into_iter().map(median).collect())
+}
+
+pub(super) fn calibrate(shapes: &[(u64, u64, u64)], repeats: u32) -> Result<Calibration, GpuError> {
+    let dev = fc::probe().map_err(cuda)?.remove(0);
+    // GEMM grid, back to back on one stream, over shared operand buffers.
+    let (mut ma, mut mb, mut mc) = (1, 1, 1);
+    for &(m, n, k) in shapes {
+        ma = ma.max(m * k);
+        mb = mb.max(k * n);
+        mc = mc.max(m * n);
+    }
+    let mut p = fc::Program {
+        streams: vec![0],
+        ..Default::default()
+    };
+    let (a, b) = (random(&mut p, ma, 1), random(&mut p, mb, 2));
+    let c = random(&mut p, mc, 3);
+    for &(m, n, k) in shapes {
+        timed(&mut p, 0, gemm(a, b, c, m, n, k));
+    }
+    let t = durations(p, 2, repeats)?;
+    let gemms = shapes
+        .iter()
+        .zip(&t)
+        .map(|(&(m, n, k), &secs)| GemmSample { m, n, k, secs })
+        .collect();
+
+    // Bandwidth: a 1 GiB copy and a 1 GiB-per-operand add; launch cost: 256 tiny adds.
+    let elems: u64 = 1 << 29;
+    let mut p = fc::Program {
+        streams: vec![0],
+        ..Default::default()
+    };
+    let (x, y) = (random(&mut p, elems, 4), random(&mut p, elems, 5));
+    let z = random(&mut p, elems, 6);
+    let copy_span = timed(
+        &mut p,
+        0,
+        fc::Kernel::Copy {
+            dst: at(z),
+            src: at(x),
+            bytes: elems * 2,
+        },
+    );
+    let s2 = |buf| fc::Span2 {
+        ptr: at(buf),
+        stride: elems,
+    };
+    let add_span = timed(
+        &mut p,
+        0,
+        fc::Kernel::Add {
+            out: s2(z),
+            x: s2(x),
+            y: s2(y),
+            block_elems: elems,
+            blocks: 1,
+        },
+    );
+    let tiny = 256u32;
+    let first_tiny = p.spans;
+    for _ in 0..tiny {
+        timed(
+            &mut p,
+            0,
+            fc::Kernel::Add {
+                out: s2(z),
+                x: s2(x),
+                y: s2(y),
+                block_elems: 64,
+                blocks: 1,
+            },
+        );
+    }
+    let l = fc::Loaded::new(p).map_err(cuda)?;
+    l.initialise().map_err(cuda)?;
+    l.run().map_err(cuda)?;
+    let (mut copy, mut add, mut launch) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..repeats.max(1) {
+        let m = l.run().map_err(cuda)?;
+        let d = |s: u32| m.spans[s as usize].1 - m.spans[s as usize].0;
+        copy.push(d(copy_span));
+        add.push(d(add_span));
+        let last = (first_tiny + tiny - 1) as usize;
+        launch.push((m.spans[last].1 - m.spans[first_tiny as usize].0) / tiny as f64);
+    }
+    drop(l);
+    let copy_s = median(copy);
+    let add_s = median(add);
+
+    // Interference: an 8192³ GEMM alone, a 1 GiB copy loop alone, then both at once on
+    // two streams.
+    let (gm, gn, gk) = (8192u64, 8192u64, 8192u64);
+    let build = |with_gemm: bool, with_copy: bool| {
+        let mut p = fc::Program {
+            streams: vec![0, 0],
+            ..Default::default()
+        };
+        let (a, b) = (random(&mut p, gm * gk, 7), random(&mut p, gk * gn, 8));
+        let c = random(&mut p, gm * gn, 9);
+        let (x, z) = (random(&mut p, elems, 10), random(&mut p, elems, 11));
+        let mut g = None;
+        let mut cp = Vec::new();
+        if with_gemm {
+            g = Some(timed(&mut p, 0, gemm(a, b, c, gm, gn, gk)));
+        }
+        if with_copy {
+            for _ in 0..4 {
+                cp.push(timed(
+                    &mut p,
+                    1,
+                    fc::Kernel::Copy {
+                        dst: at(z),
+                        src: at(x),
+                        bytes: elems * 2,
+                    },
+                ));
+            }
+        }
+        (p, g, cp)
+    };
+    let (p, g, _) = build(true, false);
+    let gemm_alone = durations(p, 2, repeats)?[g.unwrap_or(0) as usize];
+    let (p, _, cp) = build(false, true);
+    let d = durations(p, 1, repeats)?;
+    let copy_alone = cp.iter().map(|&s| d[s as usize]).sum::<f64>() / cp.len() as f64;
+    let (p, g, cp) = build(true, true);
+    let d = durations(p, 2, repeats)?;
+    let gemm_with_copy = d[g.unwrap_or(0) as usize];
+    // The first copy overlaps the GEMM (which takes longer than one copy).
+    let copy_with_gemm = d[cp[0] as usize];
+    Ok(Calibration {
+        device: dev.name,
+        sm_count: dev.sm_count,
+        gemms,
+        copy_bytes_per_s: 2.0 * (elems * 2) as f64 / copy_s,
+        add_bytes_per_s: 3.0 * (elems * 2) as f64 / add_s,
+        launch_s: median(launch),
+        gemm_alone_s: gemm_alone,
+        gemm_with_copy_s: gemm_with_copy,
+        copy_alone_s: copy_alone,
+        copy_with_gemm_s: copy_with_gemm,
+    })
+}

@@ -1,0 +1,222 @@
+//! The GPU executor's adapter: lowers a Plan (with data flow) to a device program for
+//! `flashoverlap-cuda`, runs it, and returns per-op measured times in the simulator's
+//! schema. Without the `cuda` feature the same API exists and every entry point answers
+//! [`GpuError::NotCompiled`].
+//!
+//! Transport: copy-engine transfers (the receiver pulls the sender's region with a device
+//! or peer copy once the sender has posted it; the sender's launch completes when the
+//! copy has), so a multi-rank plan runs on any number of GPUs of one process — all ranks
+//! on one GPU included, which checks every strategy's data flow for real.
+
+#[cfg(feature = "cuda")]
+mod calibrate;
+#[cfg(feature = "cuda")]
+mod lower;
+#[cfg(feature = "cuda")]
+mod reference;
+
+use crate::plan::{Plan, PlanError};
+use crate::scenario::Workload;
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum GpuError {
+    #[error(
+        "this flashoverlap was built without the `cuda` feature; rebuild with \
+         `cargo build --release --features cuda` to run on GPUs"
+    )]
+    NotCompiled,
+    #[error("the plan has no data flow (buffers and regions), so it cannot run for real")]
+    NoDataflow,
+    #[error("the plan's dtype is {0}; the GPU executor runs bf16 only")]
+    Dtype(crate::scenario::DType),
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    #[error("GPU: {0}")]
+    Cuda(String),
+    #[error("repeats must be at least 1")]
+    Repeats,
+}
+
+/// How to run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuOptions {
+    /// GPUs to spread the ranks over (rank r on GPU r mod devices); `None`: all visible,
+    /// at most one per rank.
+    pub devices: Option<u32>,
+    pub warmup: u32,
+    pub repeats: u32,
+    /// Compare every rank's result with the reference (needs `workload`).
+    pub check: Option<Workload>,
+}
+
+impl Default for GpuOptions {
+    fn default() -> Self {
+        GpuOptions {
+            devices: None,
+            warmup: 2,
+            repeats: 5,
+            check: None,
+        }
+    }
+}
+
+/// One measured run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuRun {
+    /// Per op, (start, end) in seconds from the run's start: the repetition with the
+    /// median makespan.
+    pub times: Vec<(f64, f64)>,
+    /// Makespan of every timed repetition, seconds, in order.
+    pub makespans: Vec<f64>,
+    /// Worst relative Frobenius error of a rank's result against the reference, when
+    /// checked.
+    pub rel_error: Option<f64>,
+    pub devices: Vec<String>,
+}
+
+/// Names of the visible GPUs (or why there are none).
+pub fn devices() -> Result<Vec<String>, GpuError> {
+    #[cfg(feature = "cuda")]
+    {
+        let d = flashoverlap_cuda::probe().map_err(|e| GpuError::Cuda(e.to_string()))?;
+        Ok(d.into_iter().map(|d| format!("{} ({} SMs)", d.name, d.sm_count)).collect())
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        Err(GpuError::NotCompiled)
+    }
+}
+
+/// Run `plan` on the GPUs.
+pub fn run(plan: &Plan, opts: &GpuOptions) -> Result<GpuRun, GpuError> {
+    if !plan.has_dataflow() {
+        return Err(GpuError::NoDataflow);
+    }
+    if let Some(b) = plan
+        .buffers
+        .iter()
+        .find(|b| b.dtype != crate::scenario::DType::Bf16)
+    {
+        return Err(GpuError::Dtype(b.dtype));
+    }
+    if opts.repeats == 0 {
+        return Err(GpuError::Repeats);
+    }
+    plan.check_deadlock_free()?;
+    #[cfg(feature = "cuda")]
+    {
+        lower::run(plan, opts)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        Err(GpuError::NotCompiled)
+    }
+}
+
+/// One GEMM timed by `calibrate`.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct GemmSample {
+    pub m: u64,
+    pub n: u64,
+    pub k: u64,
+    pub secs: f64,
+}
+
+/// What `calibrate` measured on one GPU (bf16).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Calibration {
+    pub device: String,
+    pub sm_count: u32,
+    pub gemms: Vec<GemmSample>,
+    /// Device-to-device copy, bytes read plus written per second.
+    pub copy_bytes_per_s: f64,
+    /// `out = x + y`, bytes read plus written per second.
+    pub add_bytes_per_s: f64,
+    /// Per-kernel cost of back-to-back tiny kernels on one stream.
+    pub launch_s: f64,
+    /// An 8192³ GEMM alone and with a copy loop on a second stream.
+    pub gemm_alone_s: f64,
+    pub gemm_with_copy_s: f64,
+    /// A 1 GiB copy alone and beside that GEMM.
+    pub copy_alone_s: f64,
+    pub copy_with_gemm_s: f64,
+}
+
+/// Measure GEMMs of `shapes` (m, n, k) and the rest of [`Calibration`] on GPU 0.
+pub fn calibrate(shapes: &[(u64, u64, u64)], repeats: u32) -> Result<Calibration, GpuError> {
+    #[cfg(feature = "cuda")]
+    {
+        calibrate::calibrate(shapes, repeats)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (shapes, repeats);
+        Err(GpuError::NotCompiled)
+    }
+}
+
+/// Relative Frobenius error ‖out − ref‖ / ‖ref‖ in f64; NaN anywhere gives infinity.
+pub fn rel_frobenius(out: &[f32], reference: &[f32]) -> f64 {
+    let (mut num, mut den) = (0.0f64, 0.0f64);
+    for (&o, &r) in out.iter().zip(reference) {
+        if !o.is_finite() || !r.is_finite() {
+            return f64::INFINITY;
+        }
+        let d = o as f64 - r as f64;
+        num += d * d;
+        den += r as f64 * r as f64;
+    }
+    if out.len() != reference.len() {
+        return f64::INFINITY;
+    }
+    if den == 0.0 {
+        return if num == 0.0 { 0.0 } else { f64::INFINITY };
+    }
+    (num / den).sqrt()
+}
+
+/// A stable 64-bit key for a buffer's random contents (FNV-1a of the name, and the rank
+/// for rank-local data), shared by the lowering and the reference.
+pub fn data_key(name: &str, rank: Option<u32>) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |b: u8| {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    };
+    for &b in name.as_bytes() {
+        eat(b);
+    }
+    if let Some(r) = rank {
+        eat(0xff);
+        for b in r.to_le_bytes() {
+            eat(b);
+        }
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frobenius_error_flags_nan_and_scales() {
+        assert_eq!(rel_frobenius(&[1.0, 2.0], &[1.0, 2.0]), 0.0);
+        assert!((rel_frobenius(&[1.1, 0.0], &[1.0, 0.0]) - 0.1).abs() < 1e-6);
+        assert!(rel_frobenius(&[f32::NAN], &[1.0]).is_infinite());
+        assert!(rel_frobenius(&[1.0], &[1.0, 2.0]).is_infinite());
+    }
+
+    #[test]
+    fn keys_differ_by_name_and_rank() {
+        assert_ne!(data_key("x", None), data_key("x", Some(0)));
+        assert_ne!(data_key("w_fc1", Some(0)), data_key("w_fc1", Some(1)));
+        assert_eq!(data_key("x", None), data_key("x", None));
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    #[test]
+    fn without_the_feature_running_says_so() {
+        assert_eq!(devices(), Err(GpuError::NotCompiled));
+    }
+}

@@ -19,3 +19,4 @@ pub mod strategy;
 pub mod timeline;
 pub mod topology;
 pub mod trace;
+pub mod validate;

@@ -4,8 +4,8 @@
 //! measurements as JSON. `--from FILE` refits saved measurements without a GPU.
 
 use super::CliError;
-use crate::config::{self, PresetKind};
 use crate::config::files::HardwareFile;
+use crate::config::{self, PresetKind};
 use crate::cost;
 use crate::exec::gpu::{self, Calibration};
 use crate::io::write_atomic;
@@ -111,11 +111,19 @@ pub fn fit_gemm(base: &GpuSpec, c: &Calibration) -> Fit {
 }
 
 /// The profile file for `c`, starting from `base`.
-pub fn profile(base: &HardwareFile, base_gpu: &GpuSpec, c: &Calibration, name: &str) -> (HardwareFile, Fit) {
+pub fn profile(
+    base: &HardwareFile,
+    base_gpu: &GpuSpec,
+    c: &Calibration,
+    name: &str,
+) -> (HardwareFile, Fit) {
     let fit = fit_gemm(base_gpu, c);
     let mut f = base.clone();
     f.name = name.to_string();
-    f.description = format!("{} with GPU numbers measured by `flashoverlap calibrate` on {}", base.name, c.device);
+    f.description = format!(
+        "{} with GPU numbers measured by `flashoverlap calibrate` on {}",
+        base.name, c.device
+    );
     f.gpu.name = c.device.clone();
     f.gpu.sm_count = c.sm_count as i64;
     f.gpu.gemm.efficiency = fit.efficiency;
@@ -134,9 +142,8 @@ pub fn run(a: Args) -> Result<(), CliError> {
     let base_hw = config::load_hardware(&a.base, None).map_err(CliError::input)?;
     let (cal, how) = match &a.from {
         Some(p) => {
-            let text = std::fs::read_to_string(p).map_err(|e| {
-                CliError::input(format!("{}: {e}", p.display()))
-            })?;
+            let text = std::fs::read_to_string(p)
+                .map_err(|e| CliError::input(format!("{}: {e}", p.display())))?;
             let c: Calibration = serde_json::from_str(&text)
                 .map_err(|e| CliError::input(format!("{}: {e}", p.display())))?;
             (c, format!("refit from {}", p.display()))
@@ -150,9 +157,10 @@ pub fn run(a: Args) -> Result<(), CliError> {
         return Err(CliError::input("the calibration has no GEMM samples"));
     }
     let (file, fit) = profile(&base, &base_hw.gpu, &cal, &a.name);
-    let out = a.out.clone().unwrap_or_else(|| {
-        PathBuf::from(format!("hardware-profiles/measured/{}.toml", a.name))
-    });
+    let out = a
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("hardware-profiles/measured/{}.toml", a.name)));
     let date = std::process::Command::new("date")
         .arg("-u")
         .arg("+%Y-%m-%d")
@@ -187,7 +195,8 @@ pub fn run(a: Args) -> Result<(), CliError> {
     );
     let body = toml::to_string(&file).map_err(|e| CliError::output(e.to_string()))?;
     if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| CliError::output(format!("{}: {e}", dir.display())))?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| CliError::output(format!("{}: {e}", dir.display())))?;
     }
     write_atomic(&out, format!("{header}{body}").as_bytes(), a.force).map_err(CliError::output)?;
     let json_path = out.with_file_name(format!("{}.calibration.json", a.name));

@@ -6,6 +6,7 @@ mod calibrate;
 mod list;
 mod run;
 mod simulate;
+mod validate;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -44,6 +45,9 @@ pub enum Command {
     /// Measure this machine's GPU (`--features cuda`) and write a hardware profile under
     /// hardware-profiles/measured/ (or refit saved measurements with --from).
     Calibrate(calibrate::Args),
+    /// Compare predicted and measured timelines of `run --out` directories (per op class
+    /// and makespan); `--hardware` predicts them again with another profile.
+    Validate(validate::Args),
     /// Measure the simulator's own speed (events/s, wall time) on fixed cases.
     Bench(bench::Args),
 }
@@ -107,6 +111,7 @@ pub fn main() -> ExitCode {
         Command::Bench(a) => bench::run(a),
         Command::Run(a) => run::run(*a),
         Command::Calibrate(a) => calibrate::run(a),
+        Command::Validate(a) => validate::run(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -47,6 +47,14 @@ pub struct Args {
     pub no_check: bool,
 }
 
+/// What a run executed, so `validate` can predict it again (with another profile).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct RunFile {
+    pub scenario: crate::config::files::ScenarioFile,
+    pub emulate_rank: Option<u32>,
+    pub stand_in: Option<String>,
+}
+
 /// One strategy measured, with its prediction.
 pub struct Measured {
     pub strategy: String,
@@ -84,9 +92,10 @@ pub fn measure(
             o.check = None;
         }
         let r = gpu::run(&plan, &o).map_err(CliError::run)?;
-        let res = sim::simulate(&plan, &sc.hardware, &SimOptions::default())
-            .map_err(CliError::run)?;
-        let predicted = Timeline::predicted(&sc.name, &name, &plan, &sc.hardware.topology, &res, peak);
+        let res =
+            sim::simulate(&plan, &sc.hardware, &SimOptions::default()).map_err(CliError::run)?;
+        let predicted =
+            Timeline::predicted(&sc.name, &name, &plan, &sc.hardware.topology, &res, peak);
         let measured = Timeline::measured(&sc.name, &name, &plan, &r.times, peak);
         eprintln!(
             "{name}: measured {:.1} µs (runs {:.1}..{:.1} µs) on {}",
@@ -118,7 +127,7 @@ pub fn timeline_json(t: &Timeline) -> String {
 
 pub fn run(a: Args) -> Result<(), CliError> {
     let Backend::Cuda = a.backend;
-    let sc = simulate::scenario(&a.sim)?;
+    let (sc, file) = simulate::scenario_and_file(&a.sim)?;
     let emulate = match a.emulate_rank {
         Some(r) => {
             let si = StandIn::parse(&a.stand_in).ok_or_else(|| {
@@ -188,18 +197,33 @@ pub fn run(a: Args) -> Result<(), CliError> {
         }))
         .expect("results serialize");
         results_json.push('\n');
+        let mut run_json = serde_json::to_string_pretty(&RunFile {
+            scenario: file.clone(),
+            emulate_rank: a.emulate_rank,
+            stand_in: emulate.map(|e| e.1.name().to_string()),
+        })
+        .expect("run file serializes");
+        run_json.push('\n');
         let mut files = vec![
+            ("run.json".to_string(), run_json),
             ("table.txt".to_string(), table.clone()),
             ("results.json".to_string(), results_json),
         ];
         let measured: Vec<&Timeline> = results.iter().map(|m| &m.measured).collect();
         files.push(("trace-measured.json".into(), trace::chrome_trace(&measured)));
         for m in &results {
-            files.push((format!("measured-{}.json", stem(&m.strategy)), timeline_json(&m.measured)));
-            files.push((format!("predicted-{}.json", stem(&m.strategy)), timeline_json(&m.predicted)));
+            files.push((
+                format!("measured-{}.json", stem(&m.strategy)),
+                timeline_json(&m.measured),
+            ));
+            files.push((
+                format!("predicted-{}.json", stem(&m.strategy)),
+                timeline_json(&m.predicted),
+            ));
         }
         for (name, body) in files {
-            write_atomic(&dir.join(name), body.as_bytes(), a.sim.force).map_err(CliError::output)?;
+            write_atomic(&dir.join(name), body.as_bytes(), a.sim.force)
+                .map_err(CliError::output)?;
         }
     }
     if let Some(path) = &a.sim.trace {
@@ -208,7 +232,10 @@ pub fn run(a: Args) -> Result<(), CliError> {
             .map_err(CliError::output)?;
     }
     print!("{table}");
-    if let Some(bad) = results.iter().find(|m| m.rel_error.is_some_and(|e| !(e <= 1e-2))) {
+    if let Some(bad) = results
+        .iter()
+        .find(|m| m.rel_error.is_some_and(|e| !(e <= 1e-2)))
+    {
         return Err(CliError::run(format!(
             "strategy `{}`: result differs from the reference (relative Frobenius error {:.3e} > 1e-2)",
             bad.strategy,

@@ -63,6 +63,13 @@ pub struct Args {
 /// Read the scenario and apply the command-line overrides, remembering which keys came
 /// from flags so errors blame them.
 pub fn scenario(a: &Args) -> Result<Scenario, CliError> {
+    scenario_and_file(a).map(|x| x.0)
+}
+
+/// The scenario and the file form it was built from (after the overrides).
+pub fn scenario_and_file(
+    a: &Args,
+) -> Result<(Scenario, crate::config::files::ScenarioFile), CliError> {
     let (src, mut f) = config::read_scenario(&a.scenario).map_err(CliError::input)?;
     let mut o = Origins::default();
     let mut set = |key: &str, flag: &str| {
@@ -107,7 +114,9 @@ pub fn scenario(a: &Args) -> Result<Scenario, CliError> {
     } else {
         src.dir.clone()
     };
-    config::scenario_from_file(&src.name, dir.as_deref(), f, &o).map_err(CliError::input)
+    let sc = config::scenario_from_file(&src.name, dir.as_deref(), f.clone(), &o)
+        .map_err(CliError::input)?;
+    Ok((sc, f))
 }
 
 fn file_stem(strategy: &str) -> String {

@@ -102,9 +102,17 @@ impl Region {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OpIo {
     /// `c = a · b` with `b` a whole `k × n` buffer.
-    Gemm { a: Region, b: BufId, c: Region },
+    Gemm {
+        a: Region,
+        b: BufId,
+        c: Region,
+    },
     /// `out = x + y`.
-    Add { out: Region, x: Region, y: Region },
+    Add {
+        out: Region,
+        x: Region,
+        y: Region,
+    },
     /// `out = act(input)`; for gated activations `input` has twice `out`'s columns
     /// (`act(gate) · up`, gate first).
     Activation {
@@ -112,10 +120,17 @@ pub enum OpIo {
         input: Region,
         func: crate::scenario::Activation,
     },
-    Copy { dst: Region, src: Region },
-    Send { src: Region },
+    Copy {
+        dst: Region,
+        src: Region,
+    },
+    Send {
+        src: Region,
+    },
     /// Received data is stored into `dst`, or added to it when the recv accumulates.
-    Recv { dst: Region },
+    Recv {
+        dst: Region,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -253,7 +268,9 @@ pub(super) fn check_op(
                 )));
             }
             if bytes_of(&out, bo) + bytes_of(&input, bi) != bytes {
-                return Err(shape(format!("activation does not move the op's {bytes} B")));
+                return Err(shape(format!(
+                    "activation does not move the op's {bytes} B"
+                )));
             }
         }
         (OpKind::Copy { bytes }, OpIo::Copy { dst, src }) => {

@@ -9,9 +9,7 @@
 //! concurrent copy costs the GEMMs beside it. A dependency on a removed op becomes a
 //! dependency on what that op waited for. Each remaining op gets a launch of its own.
 
-use super::{
-    BufId, BufInit, OpId, OpIo, OpKind, Plan, PlanBuilder, PlanError, Region, StreamId,
-};
+use super::{BufId, BufInit, OpId, OpIo, OpKind, Plan, PlanBuilder, PlanError, Region, StreamId};
 
 /// What replaces a transfer when one rank runs alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

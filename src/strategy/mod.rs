@@ -126,14 +126,18 @@ pub fn build(sc: &Scenario, workload: Workload, strategy: Strategy) -> Result<Pl
                 BufInit::Local
             });
             let ready = Blocks::inputs_ready(strategy, shape.ranks, m, a);
-            shard_of(sites::gemm_rs(&mut b, &streams, strategy, "fc2", &shape, &ready)?)
+            shard_of(sites::gemm_rs(
+                &mut b, &streams, strategy, "fc2", &shape, &ready,
+            )?)
         }
         Workload::Mlp => {
             b.add_model_flops(crate::cost::gemm_flops(m, shape.fc1_width, h));
             b.add_model_flops(crate::cost::gemm_flops(m, h, shape.ffn));
             let fc1 = sites::ag_gemm(&mut b, &streams, strategy, "fc1", &shape, shape.fc1_width)?;
             let act = sites::activation(&mut b, &streams, strategy, "act", &shape, &fc1)?;
-            shard_of(sites::gemm_rs(&mut b, &streams, strategy, "fc2", &shape, &act)?)
+            shard_of(sites::gemm_rs(
+                &mut b, &streams, strategy, "fc2", &shape, &act,
+            )?)
         }
     };
     for o in outputs {

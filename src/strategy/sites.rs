@@ -203,18 +203,28 @@ pub fn ag_gemm(
         row0: r * shard,
         rows: shard,
     });
-    let w = per_rank(b, &format!("w_{site_name}"), s.hidden, width / n, s.dtype, |_| {
-        BufInit::Local
-    });
-    let y = per_rank(b, &format!("y_{site_name}"), s.tokens, width / n, s.dtype, |_| {
-        BufInit::Poison
-    });
+    let w = per_rank(
+        b,
+        &format!("w_{site_name}"),
+        s.hidden,
+        width / n,
+        s.dtype,
+        |_| BufInit::Local,
+    );
+    let y = per_rank(
+        b,
+        &format!("y_{site_name}"),
+        s.tokens,
+        width / n,
+        s.dtype,
+        |_| BufInit::Poison,
+    );
     let xin = Blocks::inputs_ready(strategy, s.ranks, s.tokens, x.clone());
     let gemm_op = |b: &mut PlanBuilder,
-                       r: usize,
-                       j: usize,
-                       d: &[OpId],
-                       t: OpTag|
+                   r: usize,
+                   j: usize,
+                   d: &[OpId],
+                   t: OpTag|
      -> Result<OpId, StrategyError> {
         let id = b.single(st.compute[r], gemm_kind(rows, width / n, s.hidden, s), d, t)?;
         b.set_io(
@@ -372,29 +382,36 @@ pub fn gemm_rs(
     let nb = blocks(strategy, s.ranks);
     let rows = s.tokens / nb;
     let shard = s.tokens / n;
-    let w = per_rank(b, &format!("w_{site_name}"), s.ffn / n, s.hidden, s.dtype, |_| {
-        BufInit::Local
-    });
-    let p = per_rank(b, &format!("p_{site_name}"), s.tokens, s.hidden, s.dtype, |_| {
-        BufInit::Poison
-    });
+    let w = per_rank(
+        b,
+        &format!("w_{site_name}"),
+        s.ffn / n,
+        s.hidden,
+        s.dtype,
+        |_| BufInit::Local,
+    );
+    let p = per_rank(
+        b,
+        &format!("p_{site_name}"),
+        s.tokens,
+        s.hidden,
+        s.dtype,
+        |_| BufInit::Poison,
+    );
     let gemm = gemm_kind(rows, s.hidden, s.ffn / n, s);
-    let gemm_op = |b: &mut PlanBuilder,
-                   r: usize,
-                   j: usize,
-                   t: OpTag|
-     -> Result<OpId, StrategyError> {
-        let id = b.single(st.compute[r], gemm, &deps(input.ready[r][j]), t)?;
-        b.set_io(
-            id,
-            OpIo::Gemm {
-                a: input.region(r, j),
-                b: w[r],
-                c: input.rows[j].on(p[r]),
-            },
-        );
-        Ok(id)
-    };
+    let gemm_op =
+        |b: &mut PlanBuilder, r: usize, j: usize, t: OpTag| -> Result<OpId, StrategyError> {
+            let id = b.single(st.compute[r], gemm, &deps(input.ready[r][j]), t)?;
+            b.set_io(
+                id,
+                OpIo::Gemm {
+                    a: input.region(r, j),
+                    b: w[r],
+                    c: input.rows[j].on(p[r]),
+                },
+            );
+            Ok(id)
+        };
     match strategy {
         Strategy::Sequential | Strategy::Chunked(_) => {
             // Compute-first: multiply chunk i, then reduce-scatter it while chunk i+1 is
@@ -406,9 +423,8 @@ pub fn gemm_rs(
                 for r in 0..n as usize {
                     done.push(Some(gemm_op(b, r, i, tag(site, i as u64, i as u64))?));
                 }
-                let at = |r: u64, blk: u64| {
-                    Region::rows(p[r as usize], blk * shard + i as u64 * pr, pr)
-                };
+                let at =
+                    |r: u64, blk: u64| Region::rows(p[r as usize], blk * shard + i as u64 * pr, pr);
                 ring(b, st, site, piece, true, &done, &at)?;
             }
         }
@@ -421,9 +437,14 @@ pub fn gemm_rs(
                 kind: EltKind::Add,
                 bytes: crate::cost::add_traffic(piece),
             };
-            let recv_buf = per_rank(b, &format!("r_{site_name}"), s.tokens, s.hidden, s.dtype, |_| {
-                BufInit::Poison
-            });
+            let recv_buf = per_rank(
+                b,
+                &format!("r_{site_name}"),
+                s.tokens,
+                s.hidden,
+                s.dtype,
+                |_| BufInit::Poison,
+            );
             let slice = |r: u64, k: u64| (r + 2 * n - 1 - k % n) % n;
             let at = |buf: BufId, j: u64| Region::rows(buf, j * shard, shard);
             let mut partial = vec![vec![0 as OpId; n as usize]; n as usize];

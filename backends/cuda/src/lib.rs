@@ -104,8 +104,8 @@ pub fn probe() -> Result<Vec<DeviceInfo>> {
             ordinal: i as u32,
             name: cu::device::get_name(dev).map_err(drv_err("cuDeviceGetName"))?,
             sm_count: sm as u32,
-            memory_bytes: unsafe { cu::device::total_mem(dev) }.map_err(drv_err("cuDeviceTotalMem"))?
-                as u64,
+            memory_bytes: unsafe { cu::device::total_mem(dev) }
+                .map_err(drv_err("cuDeviceTotalMem"))? as u64,
             compute_capability: (major, minor),
         });
     }
@@ -120,6 +120,7 @@ struct Dev {
     f_add8: drv::CUfunction,
     f_add: drv::CUfunction,
     f_act: drv::CUfunction,
+    f_act8: drv::CUfunction,
     sms: u32,
 }
 
@@ -158,7 +159,8 @@ impl Loaded {
             });
         }
         check(&program)?;
-        let ptx = cudarc::nvrtc::compile_ptx(KERNELS).map_err(|e| CudaError::Nvrtc(format!("{e:?}")))?;
+        let ptx =
+            cudarc::nvrtc::compile_ptx(KERNELS).map_err(|e| CudaError::Nvrtc(format!("{e:?}")))?;
         let image = CString::new(ptx.to_src()).map_err(|e| CudaError::Nvrtc(e.to_string()))?;
         let mut l = Loaded {
             devs: Vec::new(),
@@ -175,7 +177,8 @@ impl Loaded {
             // `l` and released in Drop.
             unsafe {
                 let dev = cu::device::get(d as i32).map_err(drv_err("cuDeviceGet"))?;
-                let ctx = cu::primary_ctx::retain(dev).map_err(drv_err("cuDevicePrimaryCtxRetain"))?;
+                let ctx =
+                    cu::primary_ctx::retain(dev).map_err(drv_err("cuDevicePrimaryCtxRetain"))?;
                 cu::ctx::set_current(ctx).map_err(drv_err("cuCtxSetCurrent"))?;
                 let module = cu::module::load_data(image.as_ptr() as *const c_void)
                     .map_err(drv_err("cuModuleLoadData"))?;
@@ -191,6 +194,7 @@ impl Loaded {
                     f_add8: f("add_v8")?,
                     f_add: f("add_u16")?,
                     f_act: f("act_u16")?,
+                    f_act8: f("act_v8")?,
                     sms: infos[d as usize].sm_count,
                 });
                 l.t0.push(event()?);
@@ -247,14 +251,22 @@ impl Loaded {
 
     fn bind(&self, device: u32) -> Result<()> {
         // SAFETY: the context was retained in `new`.
-        unsafe { cu::ctx::set_current(self.devs[device as usize].ctx) }.map_err(drv_err("cuCtxSetCurrent"))
+        unsafe { cu::ctx::set_current(self.devs[device as usize].ctx) }
+            .map_err(drv_err("cuCtxSetCurrent"))
     }
 
     fn ptr(&self, p: Ptr) -> drv::CUdeviceptr {
         self.bufs[p.buf as usize] + p.offset * 2
     }
 
-    fn launch(&self, dev: u32, f: drv::CUfunction, n: u64, stream: drv::CUstream, params: &mut [*mut c_void]) -> Result<()> {
+    fn launch(
+        &self,
+        dev: u32,
+        f: drv::CUfunction,
+        n: u64,
+        stream: drv::CUstream,
+        params: &mut [*mut c_void],
+    ) -> Result<()> {
         let sms = self.devs[dev as usize].sms.max(1) as u64;
         let blocks = n.div_ceil(256).clamp(1, sms * 16) as u32;
         // SAFETY: `f` comes from our module; `params` point at live locals of the caller
@@ -272,13 +284,38 @@ impl Loaded {
             let mut n = b.elems;
             let mut v = POISON;
             let d = &self.devs[b.device as usize];
-            self.launch(b.device, d.f_fill, n, s, &mut [ptr_of(&mut p), ptr_of(&mut n), ptr_of(&mut v)])?;
-            if let Init::Random { key, offset, len, index0 } = b.init {
+            self.launch(
+                b.device,
+                d.f_fill,
+                n,
+                s,
+                &mut [ptr_of(&mut p), ptr_of(&mut n), ptr_of(&mut v)],
+            )?;
+            if let Init::Random {
+                key,
+                offset,
+                len,
+                index0,
+            } = b.init
+            {
                 if offset + len > b.elems {
-                    return Err(CudaError::Program(format!("buffer {i}: random range past its end")));
+                    return Err(CudaError::Program(format!(
+                        "buffer {i}: random range past its end"
+                    )));
                 }
                 let (mut p, mut n, mut key, mut i0) = (p + offset * 2, len, key, index0);
-                self.launch(b.device, d.f_random, n, s, &mut [ptr_of(&mut p), ptr_of(&mut n), ptr_of(&mut key), ptr_of(&mut i0)])?;
+                self.launch(
+                    b.device,
+                    d.f_random,
+                    n,
+                    s,
+                    &mut [
+                        ptr_of(&mut p),
+                        ptr_of(&mut n),
+                        ptr_of(&mut key),
+                        ptr_of(&mut i0),
+                    ],
+                )?;
             }
         }
         self.sync()
@@ -299,11 +336,18 @@ impl Loaded {
             self.bind(d as u32)?;
             let first = self.program.streams.iter().position(|&x| x as usize == d);
             let Some(first) = first else { continue };
-            unsafe { cu::event::record(t0, self.streams[first]) }.map_err(drv_err("cuEventRecord"))?;
+            unsafe { cu::event::record(t0, self.streams[first]) }
+                .map_err(drv_err("cuEventRecord"))?;
             for (s, &sd) in self.program.streams.iter().enumerate() {
                 if sd as usize == d && s != first {
-                    unsafe { cu::stream::wait_event(self.streams[s], t0, drv::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT) }
-                        .map_err(drv_err("cuStreamWaitEvent"))?;
+                    unsafe {
+                        cu::stream::wait_event(
+                            self.streams[s],
+                            t0,
+                            drv::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+                        )
+                    }
+                    .map_err(drv_err("cuStreamWaitEvent"))?;
                 }
             }
         }
@@ -311,8 +355,13 @@ impl Loaded {
             match *step {
                 Step::Record { stream, event } => {
                     self.bind(self.program.streams[stream as usize])?;
-                    unsafe { cu::event::record(self.events[event as usize], self.streams[stream as usize]) }
-                        .map_err(drv_err("cuEventRecord"))?;
+                    unsafe {
+                        cu::event::record(
+                            self.events[event as usize],
+                            self.streams[stream as usize],
+                        )
+                    }
+                    .map_err(drv_err("cuEventRecord"))?;
                 }
                 Step::Wait { stream, event } => {
                     self.bind(self.program.streams[stream as usize])?;
@@ -328,8 +377,10 @@ impl Loaded {
                 Step::Mark { stream, span, end } => {
                     self.bind(self.program.streams[stream as usize])?;
                     let (a, b) = self.marks[span as usize];
-                    unsafe { cu::event::record(if end { b } else { a }, self.streams[stream as usize]) }
-                        .map_err(drv_err("cuEventRecord"))?;
+                    unsafe {
+                        cu::event::record(if end { b } else { a }, self.streams[stream as usize])
+                    }
+                    .map_err(drv_err("cuEventRecord"))?;
                 }
                 Step::Launch { stream, kernel } => self.kernel(stream, kernel)?,
             }
@@ -340,8 +391,12 @@ impl Loaded {
         let span_dev = self.span_devices();
         for (i, &(a, b)) in self.marks.iter().enumerate() {
             let t0 = self.t0[span_dev[i] as usize];
-            let s = unsafe { cu::event::elapsed(t0, a) }.map_err(drv_err("cuEventElapsedTime"))? as f64 * 1e-3;
-            let e = unsafe { cu::event::elapsed(t0, b) }.map_err(drv_err("cuEventElapsedTime"))? as f64 * 1e-3;
+            let s = unsafe { cu::event::elapsed(t0, a) }.map_err(drv_err("cuEventElapsedTime"))?
+                as f64
+                * 1e-3;
+            let e = unsafe { cu::event::elapsed(t0, b) }.map_err(drv_err("cuEventElapsedTime"))?
+                as f64
+                * 1e-3;
             lo = lo.min(s);
             hi = hi.max(e);
             spans.push((s, e));
@@ -368,11 +423,25 @@ impl Loaded {
         let s = self.streams[stream as usize];
         let d = &self.devs[dev as usize];
         match k {
-            Kernel::Gemm { a, b, c, m, n, k, batch, stride_a, stride_c } => {
-                let h = self.handles[stream as usize].ok_or_else(|| CudaError::Program("GEMM on a stream without a handle".into()))?;
+            Kernel::Gemm {
+                a,
+                b,
+                c,
+                m,
+                n,
+                k,
+                batch,
+                stride_a,
+                stride_c,
+            } => {
+                let h = self.handles[stream as usize].ok_or_else(|| {
+                    CudaError::Program("GEMM on a stream without a handle".into())
+                })?;
                 let (alpha, beta) = (1.0f32, 0.0f32);
                 let int = |v: u64, what: &str| {
-                    i32::try_from(v).map_err(|_| CudaError::Program(format!("GEMM {what} = {v} exceeds cuBLAS's int")))
+                    i32::try_from(v).map_err(|_| {
+                        CudaError::Program(format!("GEMM {what} = {v} exceeds cuBLAS's int"))
+                    })
                 };
                 // Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ: swap the operands.
                 let status = unsafe {
@@ -404,30 +473,85 @@ impl Loaded {
                 };
                 blas("cublasGemmStridedBatchedEx", status)
             }
-            Kernel::Add { out, x, y, block_elems, blocks } => {
-                let (mut po, mut px, mut py) = (self.ptr(out.ptr), self.ptr(x.ptr), self.ptr(y.ptr));
+            Kernel::Add {
+                out,
+                x,
+                y,
+                block_elems,
+                blocks,
+            } => {
+                let (mut po, mut px, mut py) =
+                    (self.ptr(out.ptr), self.ptr(x.ptr), self.ptr(y.ptr));
                 let (mut be, mut total) = (block_elems, block_elems * blocks.max(1) as u64);
                 let (mut so, mut sx, mut sy) = (out.stride, x.stride, y.stride);
                 let aligned = [po, px, py].iter().all(|p| p % 16 == 0)
                     && [be, so, sx, sy].iter().all(|v| v % 8 == 0);
-                let (f, threads) = if aligned { (d.f_add8, total / 8) } else { (d.f_add, total) };
-                self.launch(dev, f, threads, s, &mut [
-                    ptr_of(&mut po), ptr_of(&mut px), ptr_of(&mut py), ptr_of(&mut be),
-                    ptr_of(&mut total), ptr_of(&mut so), ptr_of(&mut sx), ptr_of(&mut sy),
-                ])
+                let (f, threads) = if aligned {
+                    (d.f_add8, total / 8)
+                } else {
+                    (d.f_add, total)
+                };
+                self.launch(
+                    dev,
+                    f,
+                    threads,
+                    s,
+                    &mut [
+                        ptr_of(&mut po),
+                        ptr_of(&mut px),
+                        ptr_of(&mut py),
+                        ptr_of(&mut be),
+                        ptr_of(&mut total),
+                        ptr_of(&mut so),
+                        ptr_of(&mut sx),
+                        ptr_of(&mut sy),
+                    ],
+                )
             }
-            Kernel::Act { out, input, block_rows, blocks, cols, out_stride_rows, in_stride_rows, func, gated } => {
+            Kernel::Act {
+                out,
+                input,
+                block_rows,
+                blocks,
+                cols,
+                out_stride_rows,
+                in_stride_rows,
+                func,
+                gated,
+            } => {
                 let (mut po, mut pi) = (self.ptr(out), self.ptr(input));
                 let (mut br, mut tr, mut c) = (block_rows, block_rows * blocks.max(1) as u64, cols);
                 let (mut so, mut si) = (out_stride_rows, in_stride_rows);
                 let (mut f, mut g) = (func as i32, i32::from(gated));
-                self.launch(dev, d.f_act, tr * c, s, &mut [
-                    ptr_of(&mut po), ptr_of(&mut pi), ptr_of(&mut br), ptr_of(&mut tr),
-                    ptr_of(&mut c), ptr_of(&mut so), ptr_of(&mut si), ptr_of(&mut f), ptr_of(&mut g),
-                ])
+                let aligned = po % 16 == 0 && pi % 16 == 0 && c % 8 == 0;
+                let (kf, threads) = if aligned {
+                    (d.f_act8, tr * c / 8)
+                } else {
+                    (d.f_act, tr * c)
+                };
+                self.launch(
+                    dev,
+                    kf,
+                    threads,
+                    s,
+                    &mut [
+                        ptr_of(&mut po),
+                        ptr_of(&mut pi),
+                        ptr_of(&mut br),
+                        ptr_of(&mut tr),
+                        ptr_of(&mut c),
+                        ptr_of(&mut so),
+                        ptr_of(&mut si),
+                        ptr_of(&mut f),
+                        ptr_of(&mut g),
+                    ],
+                )
             }
             Kernel::Copy { dst, src, bytes } => {
-                let (dd, sd) = (self.program.buffers[dst.buf as usize].device, self.program.buffers[src.buf as usize].device);
+                let (dd, sd) = (
+                    self.program.buffers[dst.buf as usize].device,
+                    self.program.buffers[src.buf as usize].device,
+                );
                 // SAFETY: both ranges were checked against their buffers in `check`.
                 unsafe {
                     if dd == sd {
@@ -457,7 +581,9 @@ impl Loaded {
             .get(buf as usize)
             .ok_or_else(|| CudaError::Program(format!("no buffer {buf}")))?;
         if offset + len > b.elems {
-            return Err(CudaError::Program(format!("read past the end of buffer {buf}")));
+            return Err(CudaError::Program(format!(
+                "read past the end of buffer {buf}"
+            )));
         }
         self.bind(b.device)?;
         let mut host = vec![0u16; len as usize];
@@ -526,7 +652,11 @@ pub fn check(p: &Program) -> Result<()> {
     };
     let span = |ptr: Ptr, block: u64, blocks: u32, stride: u64, what: &str| {
         let n = blocks.max(1) as u64;
-        region(ptr, (n - 1).saturating_mul(stride).saturating_add(block), what)
+        region(
+            ptr,
+            (n - 1).saturating_mul(stride).saturating_add(block),
+            what,
+        )
     };
     for (i, st) in p.steps.iter().enumerate() {
         let stream = match *st {
@@ -545,17 +675,43 @@ pub fn check(p: &Program) -> Result<()> {
             Step::Launch { stream, kernel } => {
                 let w = format!("step {i}");
                 match kernel {
-                    Kernel::Gemm { a, b, c, m, n, k, batch, stride_a, stride_c } => {
+                    Kernel::Gemm {
+                        a,
+                        b,
+                        c,
+                        m,
+                        n,
+                        k,
+                        batch,
+                        stride_a,
+                        stride_c,
+                    } => {
                         span(a, m * k, batch, stride_a, &w)?;
                         region(b, k * n, &w)?;
                         span(c, m * n, batch, stride_c, &w)?;
                     }
-                    Kernel::Add { out, x, y, block_elems, blocks } => {
+                    Kernel::Add {
+                        out,
+                        x,
+                        y,
+                        block_elems,
+                        blocks,
+                    } => {
                         for o in [out, x, y] {
                             span(o.ptr, block_elems, blocks, o.stride, &w)?;
                         }
                     }
-                    Kernel::Act { out, input, block_rows, blocks, cols, out_stride_rows, in_stride_rows, gated, .. } => {
+                    Kernel::Act {
+                        out,
+                        input,
+                        block_rows,
+                        blocks,
+                        cols,
+                        out_stride_rows,
+                        in_stride_rows,
+                        gated,
+                        ..
+                    } => {
                         let ic = if gated { 2 * cols } else { cols };
                         span(out, block_rows * cols, blocks, out_stride_rows * cols, &w)?;
                         span(input, block_rows * ic, blocks, in_stride_rows * ic, &w)?;
@@ -585,7 +741,11 @@ mod tests {
     #[test]
     fn check_rejects_out_of_bounds_and_unknown_names() {
         let mut p = Program {
-            buffers: vec![Buffer { device: 0, elems: 64, init: Init::Poison }],
+            buffers: vec![Buffer {
+                device: 0,
+                elems: 64,
+                init: Init::Poison,
+            }],
             streams: vec![0],
             events: 1,
             spans: 1,
@@ -608,9 +768,16 @@ mod tests {
             },
         };
         assert!(check(&p).is_err());
-        p.steps[0] = Step::Wait { stream: 0, event: 1 };
+        p.steps[0] = Step::Wait {
+            stream: 0,
+            event: 1,
+        };
         assert!(check(&p).is_err());
-        p.steps[0] = Step::Mark { stream: 1, span: 0, end: false };
+        p.steps[0] = Step::Mark {
+            stream: 1,
+            span: 0,
+            end: false,
+        };
         assert!(check(&p).is_err());
     }
 
@@ -619,33 +786,75 @@ mod tests {
     #[test]
     fn add_kernel_adds_on_the_gpu() {
         if let Err(e) = probe() {
-            assert!(std::env::var("REQUIRE_GPU").as_deref() != Ok("1"), "REQUIRE_GPU=1 but {e}");
+            assert!(
+                std::env::var("REQUIRE_GPU").as_deref() != Ok("1"),
+                "REQUIRE_GPU=1 but {e}"
+            );
             eprintln!("skipped: {e}");
             return;
         }
         let n = 4096u64;
         let p = Program {
             buffers: vec![
-                Buffer { device: 0, elems: n, init: Init::Random { key: 1, offset: 0, len: n, index0: 0 } },
-                Buffer { device: 0, elems: n, init: Init::Random { key: 2, offset: 0, len: n, index0: 0 } },
-                Buffer { device: 0, elems: n, init: Init::Poison },
+                Buffer {
+                    device: 0,
+                    elems: n,
+                    init: Init::Random {
+                        key: 1,
+                        offset: 0,
+                        len: n,
+                        index0: 0,
+                    },
+                },
+                Buffer {
+                    device: 0,
+                    elems: n,
+                    init: Init::Random {
+                        key: 2,
+                        offset: 0,
+                        len: n,
+                        index0: 0,
+                    },
+                },
+                Buffer {
+                    device: 0,
+                    elems: n,
+                    init: Init::Poison,
+                },
             ],
             streams: vec![0],
             events: 0,
             spans: 1,
             steps: vec![
-                Step::Mark { stream: 0, span: 0, end: false },
+                Step::Mark {
+                    stream: 0,
+                    span: 0,
+                    end: false,
+                },
                 Step::Launch {
                     stream: 0,
                     kernel: Kernel::Add {
-                        out: Span2 { ptr: Ptr { buf: 2, offset: 0 }, stride: n },
-                        x: Span2 { ptr: Ptr { buf: 0, offset: 0 }, stride: n },
-                        y: Span2 { ptr: Ptr { buf: 1, offset: 0 }, stride: n },
+                        out: Span2 {
+                            ptr: Ptr { buf: 2, offset: 0 },
+                            stride: n,
+                        },
+                        x: Span2 {
+                            ptr: Ptr { buf: 0, offset: 0 },
+                            stride: n,
+                        },
+                        y: Span2 {
+                            ptr: Ptr { buf: 1, offset: 0 },
+                            stride: n,
+                        },
                         block_elems: n,
                         blocks: 1,
                     },
                 },
-                Step::Mark { stream: 0, span: 0, end: true },
+                Step::Mark {
+                    stream: 0,
+                    span: 0,
+                    end: true,
+                },
             ],
         };
         let l = Loaded::new(p).unwrap();

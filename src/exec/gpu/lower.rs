@@ -325,9 +325,7 @@ pub(super) fn lower(plan: &Plan, devices: u32) -> Result<Lowered, GpuError> {
     }
     if issued != 3 * nl {
         plan.check_deadlock_free()?;
-        return Err(GpuError::Cuda(
-            "no issue order exists for this plan".into(),
-        ));
+        return Err(GpuError::Cuda("no issue order exists for this plan".into()));
     }
     p.spans = next_span;
     Ok(Lowered {
@@ -347,7 +345,11 @@ pub(super) fn op_times(plan: &Plan, low: &Lowered, m: &fc::Measured) -> Vec<(f64
                     s = low.op_span[p as usize];
                 }
             }
-            if s == NONE { (0.0, 0.0) } else { m.spans[s as usize] }
+            if s == NONE {
+                (0.0, 0.0)
+            } else {
+                m.spans[s as usize]
+            }
         })
         .collect()
 }
@@ -382,10 +384,7 @@ pub(super) fn run(plan: &Plan, opts: &GpuOptions) -> Result<GpuRun, GpuError> {
     let median = &runs[order[order.len() / 2]];
     // Shift so the earliest span starts at 0, like a predicted timeline.
     let mut times = op_times(plan, &low, median);
-    let t0 = times
-        .iter()
-        .map(|t| t.0)
-        .fold(f64::INFINITY, f64::min);
+    let t0 = times.iter().map(|t| t.0).fold(f64::INFINITY, f64::min);
     if t0.is_finite() {
         for t in &mut times {
             t.0 -= t0;
@@ -402,4 +401,47 @@ pub(super) fn run(plan: &Plan, opts: &GpuOptions) -> Result<GpuRun, GpuError> {
             .map(|d| d.name.clone())
             .collect(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config;
+    use crate::scenario::{Strategy, Workload};
+
+    /// Every strategy and workload lowers to a program that passes the executor's checks,
+    /// waits only on events recorded earlier in issue order, and times every op.
+    #[test]
+    fn lowered_programs_are_well_formed() {
+        let mut sc = config::load_scenario("default").unwrap();
+        sc.batch = 1;
+        sc.seq = 1024;
+        for w in [Workload::AgGemm, Workload::GemmRs, Workload::Mlp] {
+            for s in [Strategy::Sequential, Strategy::Chunked(2), Strategy::Flash] {
+                let plan = crate::strategy::build(&sc, w, s).unwrap();
+                for devices in [1, 4] {
+                    let low = lower(&plan, devices).unwrap();
+                    fc::check(&low.program).unwrap();
+                    let mut recorded = vec![false; low.program.events as usize];
+                    let mut marks = vec![0u8; low.program.spans as usize];
+                    for st in &low.program.steps {
+                        match *st {
+                            fc::Step::Record { event, .. } => recorded[event as usize] = true,
+                            fc::Step::Wait { event, .. } => {
+                                assert!(recorded[event as usize], "{w:?} {s}: wait before record")
+                            }
+                            fc::Step::Mark { span, .. } => marks[span as usize] += 1,
+                            fc::Step::Launch { .. } => {}
+                        }
+                    }
+                    assert!(marks.iter().all(|&m| m == 2));
+                    for op in 0..plan.op_count() {
+                        let has = low.op_span[op] != NONE
+                            || low.op_span[plan.partner(op as OpId) as usize] != NONE;
+                        assert!(has, "op {op} untimed");
+                    }
+                }
+            }
+        }
+    }
 }

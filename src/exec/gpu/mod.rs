@@ -79,7 +79,9 @@ pub fn devices() -> Result<Vec<String>, GpuError> {
     #[cfg(feature = "cuda")]
     {
         let d = flashoverlap_cuda::probe().map_err(|e| GpuError::Cuda(e.to_string()))?;
-        Ok(d.into_iter().map(|d| format!("{} ({} SMs)", d.name, d.sm_count)).collect())
+        Ok(d.into_iter()
+            .map(|d| format!("{} ({} SMs)", d.name, d.sm_count))
+            .collect())
     }
     #[cfg(not(feature = "cuda"))]
     {

@@ -18,7 +18,11 @@ fn find(plan: &Plan, name: &str, rank: u32) -> Result<(u64, u64), GpuError> {
         .iter()
         .find(|b| b.name == name && b.rank == rank)
         .map(|b| (b.rows, b.cols))
-        .ok_or_else(|| GpuError::Cuda(format!("reference: the plan has no buffer `{name}` on rank {rank}")))
+        .ok_or_else(|| {
+            GpuError::Cuda(format!(
+                "reference: the plan has no buffer `{name}` on rank {rank}"
+            ))
+        })
 }
 
 struct Builder {

@@ -1,0 +1,135 @@
+//! `flashoverlap validate DIR...`: predicted against measured for the runs that
+//! `flashoverlap run --out DIR` recorded — per op class and overall makespan — as a table
+//! or JSON. With `--hardware` the plans are predicted again with that profile (say, a
+//! freshly calibrated one); otherwise the predictions saved beside the measurements are
+//! used. Needs no GPU.
+
+use super::{CliError, run::RunFile, run::plan_for};
+use crate::config;
+use crate::exec::sim::{SimOptions, simulate};
+use crate::io::write_atomic;
+use crate::plan::StandIn;
+use crate::timeline::Timeline;
+use crate::timeline::file::TimelineFile;
+use crate::validate::{Comparison, compare, summarize, table};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Output directories of `flashoverlap run --out`.
+    #[arg(required = true)]
+    pub dirs: Vec<PathBuf>,
+    /// Predict again with this hardware profile instead of using the saved predictions.
+    #[arg(long)]
+    pub hardware: Option<String>,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Also write the JSON to this file.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    #[arg(long)]
+    pub force: bool,
+}
+
+fn read_timeline(path: &Path) -> Result<Timeline, CliError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| CliError::input(format!("{}: {e}", path.display())))?;
+    let f: TimelineFile = serde_json::from_str(&text)
+        .map_err(|e| CliError::input(format!("{}: {e}", path.display())))?;
+    Timeline::try_from(f).map_err(|e| CliError::input(format!("{}: {e}", path.display())))
+}
+
+fn stem(s: &str) -> String {
+    s.replace(':', "-")
+}
+
+/// The comparisons of one run directory.
+pub fn compare_dir(dir: &Path, hardware: Option<&str>) -> Result<Vec<Comparison>, CliError> {
+    let rf_path = dir.join("run.json");
+    let text = std::fs::read_to_string(&rf_path)
+        .map_err(|e| CliError::input(format!("{}: {e}", rf_path.display())))?;
+    let rf: RunFile = serde_json::from_str(&text)
+        .map_err(|e| CliError::input(format!("{}: {e}", rf_path.display())))?;
+    let case = dir.file_name().map_or_else(
+        || dir.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let mut out = Vec::new();
+    let mut file = rf.scenario.clone();
+    if let Some(h) = hardware {
+        file.hardware = h.to_string();
+    }
+    let sc = if hardware.is_some() {
+        Some(
+            config::scenario_from_file(
+                &rf_path.display().to_string(),
+                None,
+                file,
+                &Default::default(),
+            )
+            .map_err(CliError::input)?,
+        )
+    } else {
+        None
+    };
+    let emulate = match (rf.emulate_rank, rf.stand_in.as_deref()) {
+        (Some(r), Some(s)) => Some((
+            r,
+            StandIn::parse(s).ok_or_else(|| {
+                CliError::input(format!(
+                    "{}: stand_in `{s}` is not none or copy",
+                    rf_path.display()
+                ))
+            })?,
+        )),
+        _ => None,
+    };
+    for name in &rf.scenario.strategies {
+        let strategy = crate::scenario::Strategy::parse(name).map_err(CliError::input)?;
+        let label = strategy.to_string();
+        let mut measured = read_timeline(&dir.join(format!("measured-{}.json", stem(&label))))?;
+        measured.scenario = case.clone();
+        let mut predicted = match &sc {
+            Some(sc) => {
+                let plan = plan_for(sc, strategy, emulate)?;
+                let r =
+                    simulate(&plan, &sc.hardware, &SimOptions::default()).map_err(CliError::run)?;
+                let peak = sc.hardware.gpu.peak(sc.dtype).unwrap_or(0.0);
+                Timeline::predicted(&case, &label, &plan, &sc.hardware.topology, &r, peak)
+            }
+            None => read_timeline(&dir.join(format!("predicted-{}.json", stem(&label))))?,
+        };
+        predicted.scenario = case.clone();
+        out.push(compare(&predicted, &measured).map_err(CliError::input)?);
+    }
+    Ok(out)
+}
+
+pub fn run(a: Args) -> Result<(), CliError> {
+    let mut all = Vec::new();
+    for d in &a.dirs {
+        all.extend(compare_dir(d, a.hardware.as_deref())?);
+    }
+    let mut json = serde_json::to_string_pretty(&serde_json::json!({
+        "version": 1,
+        "hardware": a.hardware,
+        "summary": summarize(&all),
+        "cases": all,
+    }))
+    .expect("comparison serializes");
+    json.push('\n');
+    if let Some(p) = &a.out {
+        write_atomic(p, json.as_bytes(), a.force).map_err(CliError::output)?;
+    }
+    match a.format {
+        Format::Table => print!("{}", table(&all)),
+        Format::Json => print!("{json}"),
+    }
+    Ok(())
+}

@@ -120,6 +120,21 @@ pub struct GemmParams {
     pub memory_efficiency: f64,
     /// Fixed cost per GEMM launch, seconds.
     pub launch: f64,
+    /// GEMM times measured on the machine (by `flashoverlap calibrate`). When points of a
+    /// GEMM's dtype exist, the model's time is scaled by the measured/model ratio
+    /// interpolated from them (see [`crate::cost::gemm_cost`]); an exact shape gets its
+    /// measured time.
+    pub measured: Vec<GemmPoint>,
+}
+
+/// One measured GEMM: (m × k) · (k × n) in `dtype` took `secs`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GemmPoint {
+    pub dtype: DType,
+    pub m: u64,
+    pub n: u64,
+    pub k: u64,
+    pub secs: f64,
 }
 
 /// Elementwise-kernel parameters (adds, activations).

@@ -4,7 +4,7 @@
 //! measurements as JSON. `--from FILE` refits saved measurements without a GPU.
 
 use super::CliError;
-use crate::config::files::HardwareFile;
+use crate::config::files::{GemmPointFile, HardwareFile};
 use crate::config::{self, PresetKind};
 use crate::cost;
 use crate::exec::gpu::{self, Calibration};
@@ -39,10 +39,14 @@ pub struct Args {
 /// The calibration grid: sizes chosen off the powers of two the default scenarios use, so
 /// validation shapes are not calibration shapes.
 pub fn grid() -> Vec<(u64, u64, u64)> {
+    // m: token counts from a small shard to a 128k gathered sequence, every power of two
+    // (wave quantization changes fast in m); n, k: the hidden/ffn widths of 1B–70B models.
+    let ms = (9..=17).map(|e| 1u64 << e);
+    let nk = [1024u64, 2048, 4096, 8192, 16384];
     let mut v = Vec::new();
-    for &m in &[768u64, 3072, 12288, 24576] {
-        for &n in &[1536u64, 3072, 6144, 12288] {
-            for &k in &[1536u64, 3072, 6144, 12288] {
+    for m in ms {
+        for &n in &nk {
+            for &k in &nk {
                 v.push((m, n, k));
             }
         }
@@ -80,6 +84,8 @@ fn median_worst(mut e: Vec<f64>) -> (f64, f64) {
 pub fn fit_gemm(base: &GpuSpec, c: &Calibration) -> Fit {
     let mut g = base.clone();
     g.sm_count = c.sm_count.max(1) as u64;
+    // The fit is of the model alone; a base profile's own measured points would mask it.
+    g.gemm.measured.clear();
     let mut best = (f64::INFINITY, 0.0, 0.0, 0.0);
     for ie in 0..=100 {
         let eff = 0.50 + ie as f64 * 0.005;
@@ -129,6 +135,17 @@ pub fn profile(
     f.gpu.gemm.efficiency = fit.efficiency;
     f.gpu.gemm.k_half = fit.k_half;
     f.gpu.gemm.launch_us = fit.launch * 1e6;
+    f.gpu.gemm.measured = c
+        .gemms
+        .iter()
+        .map(|g| GemmPointFile {
+            dtype: "bf16".into(),
+            m: g.m as i64,
+            n: g.n as i64,
+            k: g.k as i64,
+            us: g.secs * 1e6,
+        })
+        .collect();
     let hbm = f.gpu.hbm_gbps * 1e9;
     f.gpu.gemm.memory_efficiency = (c.copy_bytes_per_s / hbm).clamp(0.05, 1.0);
     f.gpu.elementwise.efficiency = (c.add_bytes_per_s / hbm).clamp(0.05, 1.0);
@@ -174,7 +191,9 @@ pub fn run(a: Args) -> Result<(), CliError> {
         "# Measured by `flashoverlap calibrate --base {base} --name {name}` ({how}), {date},\n\
          # on {dev} ({sms} SMs). Raw measurements: {name}.calibration.json beside this file.\n\
          # GEMM fit over {n} bf16 shapes: efficiency, k_half and launch_us by least squares of\n\
-         #   relative error; median error {med:.1}%, worst {worst:.1}%.\n\
+         #   relative error; median error {med:.1}%, worst {worst:.1}%. The measured times\n\
+         #   are kept as [[gpu.gemm.measured]]: the simulator scales the model by the\n\
+         #   measured/model ratio interpolated from them, so these shapes predict exactly.\n\
          # memory_efficiency = D2D copy bandwidth {copy:.0} GB/s (read + write) / hbm_gbps.\n\
          # elementwise.efficiency = add kernel {add:.0} GB/s (2 reads + 1 write) / hbm_gbps;\n\
          #   elementwise.launch_us = back-to-back tiny kernels, {launch:.2} us each.\n\

@@ -62,6 +62,9 @@ pub struct Measured {
     pub predicted: Timeline,
     pub rel_error: Option<f64>,
     pub makespans: Vec<f64>,
+    /// One GPU per rank, so the measured timeline is comparable with the prediction
+    /// (ranks sharing a GPU serialize what the prediction runs in parallel).
+    pub comparable: bool,
 }
 
 /// The plan a run executes: the strategy's, or one rank of it.
@@ -110,6 +113,7 @@ pub fn measure(
             predicted,
             rel_error: r.rel_error,
             makespans: r.makespans,
+            comparable: r.devices.len() as u64 >= u64::from(plan.ranks),
         });
     }
     Ok(out)
@@ -155,13 +159,18 @@ pub fn run(a: Args) -> Result<(), CliError> {
     );
     for m in &results {
         let (mm, pm) = (metrics(&m.measured), metrics(&m.predicted));
+        let err = if m.comparable {
+            format!("{:.2}", (pm.makespan - mm.makespan) / mm.makespan * 100.0)
+        } else {
+            "n/a".to_string()
+        };
         let _ = writeln!(
             table,
-            "{:<14} {:>14.1} {:>15.1} {:>9.2} {:>16.1} {:>12}",
+            "{:<14} {:>14.1} {:>15.1} {:>9} {:>16.1} {:>12}",
             m.strategy,
             mm.makespan * 1e6,
             pm.makespan * 1e6,
-            (pm.makespan - mm.makespan) / mm.makespan * 100.0,
+            err,
             mm.exposed_comm * 1e6,
             m.rel_error.map_or("-".to_string(), |e| format!("{e:.2e}")),
         );
@@ -181,7 +190,8 @@ pub fn run(a: Args) -> Result<(), CliError> {
                     "strategy": m.strategy,
                     "measured_makespan_us": mm.makespan * 1e6,
                     "predicted_makespan_us": pm.makespan * 1e6,
-                    "error_pct": (pm.makespan - mm.makespan) / mm.makespan * 100.0,
+                    "error_pct": m.comparable.then(|| (pm.makespan - mm.makespan) / mm.makespan * 100.0),
+                    "comparable": m.comparable,
                     "measured_exposed_comm_us": mm.exposed_comm * 1e6,
                     "rel_error": m.rel_error,
                     "repeat_makespans_us": m.makespans.iter().map(|x| x * 1e6).collect::<Vec<_>>(),
@@ -232,6 +242,12 @@ pub fn run(a: Args) -> Result<(), CliError> {
             .map_err(CliError::output)?;
     }
     print!("{table}");
+    if results.iter().any(|m| !m.comparable) {
+        eprintln!(
+            "note: ranks share GPUs, so the measured times serialize what the prediction \
+             runs in parallel; error_% is n/a (use --emulate-rank R to time one rank)"
+        );
+    }
     if let Some(bad) = results
         .iter()
         .find(|m| m.rel_error.is_some_and(|e| !(e <= 1e-2)))

@@ -75,6 +75,19 @@ pub struct GemmFile {
     pub k_half: f64,
     pub memory_efficiency: f64,
     pub launch_us: f64,
+    /// Measured GEMM times (`[[gpu.gemm.measured]]`), written by `flashoverlap calibrate`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub measured: Vec<GemmPointFile>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GemmPointFile {
+    pub dtype: String,
+    pub m: i64,
+    pub n: i64,
+    pub k: i64,
+    pub us: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

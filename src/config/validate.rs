@@ -134,6 +134,13 @@ pub fn hardware_from_file(file: &str, h: HardwareFile) -> R<Hardware> {
                 g.gemm.memory_efficiency,
             )?,
             launch: non_negative_f(file, "gpu.gemm.launch_us", g.gemm.launch_us)? * 1e-6,
+            measured: g
+                .gemm
+                .measured
+                .iter()
+                .enumerate()
+                .map(|(i, pt)| gemm_point(file, i, pt))
+                .collect::<R<Vec<_>>>()?,
         },
         elementwise: ElementwiseParams {
             efficiency: fraction(file, "gpu.elementwise.efficiency", g.elementwise.efficiency)?,
@@ -154,6 +161,29 @@ pub fn hardware_from_file(file: &str, h: HardwareFile) -> R<Hardware> {
         gpu,
         comm,
         topology,
+    })
+}
+
+fn gemm_point(file: &str, i: usize, p: &GemmPointFile) -> R<GemmPoint> {
+    let key = |k: &str| format!("gpu.gemm.measured[{i}].{k}");
+    let dtype = DType::parse(&p.dtype).ok_or_else(|| {
+        ConfigError::invalid(
+            file,
+            &key("dtype"),
+            &p.dtype,
+            "unknown dtype (known: fp8, bf16, fp16, fp32)",
+        )
+    })?;
+    let us = positive_f(file, &key("us"), p.us)?;
+    if !us.is_finite() {
+        return Err(ConfigError::invalid(file, &key("us"), us, "must be finite"));
+    }
+    Ok(GemmPoint {
+        dtype,
+        m: positive(file, &key("m"), p.m)?,
+        n: positive(file, &key("n"), p.n)?,
+        k: positive(file, &key("k"), p.k)?,
+        secs: us * 1e-6,
     })
 }
 

@@ -21,6 +21,8 @@ pub struct GemmCost {
     pub waves: u64,
     pub compute: f64,
     pub memory: f64,
+    /// Measured/model ratio applied to the model's time (1 without measured points).
+    pub correction: f64,
     pub total: f64,
 }
 
@@ -33,6 +35,13 @@ pub struct GemmCost {
 /// k / (k + k_half)` (short K-loops pay prologue/epilogue). The memory side moves A, B and
 /// C once at `memory_efficiency` of HBM bandwidth; the kernel takes the larger of the two
 /// (a roofline) plus a fixed launch cost. Any zero dimension is a no-op (0 s).
+///
+/// When the profile carries measured GEMMs of this dtype (`gpu.gemm.measured`), the model
+/// time is multiplied by the measured/model ratio interpolated from them: the geometric
+/// mean of the points' ratios weighted by `1 / d⁴`, with `d` the distance in
+/// (ln m, ln n, ln k). A measured shape thus predicts its measured time exactly, shapes
+/// between measured ones get a smooth blend, and the model's structure (waves, roofline)
+/// carries the shape dependence between and beyond the points.
 pub fn gemm_cost(
     gpu: &GpuSpec,
     m: u64,
@@ -44,14 +53,24 @@ pub fn gemm_cost(
         gpu: gpu.name.clone(),
         dtype,
     })?;
+    let mut c = model_cost(gpu, peak, m, n, k, dtype);
+    if c.total > 0.0 && !gpu.gemm.measured.is_empty() {
+        c.correction = measured_correction(gpu, peak, m, n, k, dtype);
+        c.total *= c.correction;
+    }
+    Ok(c)
+}
+
+fn model_cost(gpu: &GpuSpec, peak: f64, m: u64, n: u64, k: u64, dtype: DType) -> GemmCost {
     if m == 0 || n == 0 || k == 0 {
-        return Ok(GemmCost {
+        return GemmCost {
             tiles: 0,
             waves: 0,
             compute: 0.0,
             memory: 0.0,
+            correction: 1.0,
             total: 0.0,
-        });
+        };
     }
     let p = &gpu.gemm;
     let tiles = m.div_ceil(p.tile_m).saturating_mul(n.div_ceil(p.tile_n));
@@ -63,13 +82,39 @@ pub fn gemm_cost(
     let compute = waves as f64 * tile_flops / (per_sm * eff);
     let bytes = (m as f64 * kf + kf * n as f64 + m as f64 * n as f64) * dtype.bytes() as f64;
     let memory = bytes / (gpu.hbm_bandwidth * p.memory_efficiency);
-    Ok(GemmCost {
+    GemmCost {
         tiles,
         waves,
         compute,
         memory,
+        correction: 1.0,
         total: p.launch + compute.max(memory),
-    })
+    }
+}
+
+fn measured_correction(gpu: &GpuSpec, peak: f64, m: u64, n: u64, k: u64, dtype: DType) -> f64 {
+    let at = [m as f64, n as f64, k as f64].map(f64::ln);
+    let (mut num, mut den) = (0.0, 0.0);
+    for p in gpu.gemm.measured.iter().filter(|p| p.dtype == dtype) {
+        let model = model_cost(gpu, peak, p.m, p.n, p.k, dtype).total;
+        if !(model > 0.0 && p.secs > 0.0) {
+            continue;
+        }
+        let lr = (p.secs / model).ln();
+        let d2: f64 = [p.m as f64, p.n as f64, p.k as f64]
+            .map(f64::ln)
+            .iter()
+            .zip(at)
+            .map(|(a, b)| (a - b) * (a - b))
+            .sum();
+        if d2 < 1e-18 {
+            return lr.exp();
+        }
+        let w = 1.0 / (d2 * d2);
+        num += w * lr;
+        den += w;
+    }
+    if den > 0.0 { (num / den).exp() } else { 1.0 }
 }
 
 /// Time of a GEMM, seconds. See [`gemm_cost`].
@@ -123,6 +168,7 @@ mod tests {
                 k_half: 0.0,
                 memory_efficiency: 0.9,
                 launch: 0.0,
+                measured: Vec::new(),
             },
             elementwise: ElementwiseParams {
                 efficiency: 0.9,
@@ -149,6 +195,33 @@ mod tests {
         let t = gemm_time(&g, m, n, k, DType::Bf16).unwrap();
         let achieved = gemm_flops(m, n, k) / t;
         assert!((achieved / (0.8 * 989e12) - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn measured_points_are_hit_exactly_and_blended_between() {
+        use crate::scenario::GemmPoint;
+        let mut g = gpu();
+        let model = |g: &GpuSpec, m, n, k| gemm_time(g, m, n, k, DType::Bf16).unwrap();
+        let (a, b) = ((1024, 4096, 4096), (4096, 4096, 4096));
+        let (ma, mb) = (model(&g, a.0, a.1, a.2), model(&g, b.0, b.1, b.2));
+        g.gemm.measured = vec![
+            GemmPoint { dtype: DType::Bf16, m: a.0, n: a.1, k: a.2, secs: 2.0 * ma },
+            GemmPoint { dtype: DType::Bf16, m: b.0, n: b.1, k: b.2, secs: 0.5 * mb },
+            // Another dtype's point is ignored for bf16.
+            GemmPoint { dtype: DType::Fp32, m: 2048, n: 4096, k: 4096, secs: 1.0 },
+        ];
+        assert!((model(&g, a.0, a.1, a.2) / (2.0 * ma) - 1.0).abs() < 1e-12);
+        assert!((model(&g, b.0, b.1, b.2) / (0.5 * mb) - 1.0).abs() < 1e-12);
+        // Halfway in log space: geometric mean of the two ratios, i.e. 1.
+        let c = gemm_cost(&g, 2048, 4096, 4096, DType::Bf16).unwrap();
+        assert!((c.correction - 1.0).abs() < 1e-12);
+        // Nearer `a` leans towards a's ratio; far outside, the nearer point dominates.
+        let near_a = gemm_cost(&g, 1200, 4096, 4096, DType::Bf16).unwrap().correction;
+        assert!(near_a > 1.5 && near_a < 2.0);
+        let far = gemm_cost(&g, 65536, 4096, 4096, DType::Bf16).unwrap().correction;
+        assert!(far < 0.7 && far > 0.5);
+        // Zero-sized GEMMs stay free.
+        assert_eq!(gemm_time(&g, 0, 4096, 4096, DType::Bf16).unwrap(), 0.0);
     }
 
     #[test]

@@ -168,7 +168,11 @@ impl<'p> Engine<'p> {
         ];
         let mut times = Vec::with_capacity(plan.op_count());
         let mut op_launch = Vec::with_capacity(plan.op_count());
+        // GEMM times by shape: plans repeat a few shapes many times, and a profile with
+        // measured points makes each evaluation cost a pass over them.
         let mut last: Option<((u64, u64, u64, usize), f64)> = None;
+        let mut seen: std::collections::BTreeMap<(u64, u64, u64, usize), f64> =
+            std::collections::BTreeMap::new();
         for (id, o) in plan.ops.iter().enumerate() {
             let ls = &mut launch[o.launch as usize];
             ls.remaining += 1;
@@ -179,7 +183,14 @@ impl<'p> Engine<'p> {
                     match last {
                         Some((s, t)) if s == shape => t,
                         _ => {
-                            let t = cost::gemm_time(gpu, m, n, k, dtype)?;
+                            let t = match seen.get(&shape) {
+                                Some(&t) => t,
+                                None => {
+                                    let t = cost::gemm_time(gpu, m, n, k, dtype)?;
+                                    seen.insert(shape, t);
+                                    t
+                                }
+                            };
                             last = Some((shape, t));
                             t
                         }

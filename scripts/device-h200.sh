@@ -7,7 +7,10 @@
 #   Then run through the device tool with carry [".build-cuda"].
 set -uo pipefail
 SP=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-export LD_LIBRARY_PATH=$SP/cu13/lib:$SP/nccl/lib:${LD_LIBRARY_PATH:-}
+# cudarc opens NCCL as libnccl.so; the wheel ships libnccl.so.2 only.
+NL=$(mktemp -d)
+ln -s "$SP/nccl/lib/libnccl.so.2" "$NL/libnccl.so"
+export LD_LIBRARY_PATH=$SP/cu13/lib:$SP/nccl/lib:$NL:${LD_LIBRARY_PATH:-}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 B=.build-cuda
 R=${OUT:-/tmp/out}/r
@@ -34,5 +37,16 @@ for si in none copy; do for w in ag-gemm gemm-rs mlp; do for tp in 2 4 8; do for
     --strategy sequential,chunked:2,chunked:4,flash --emulate-rank 0 --stand-in $si \
     --warmup 3 --repeats 10 --out "$R/emu-$si-$w-tp$tp-b$b" --force
 done; done; done; done
+echo "== single-rank schedules, stand-in copies through NCCL (sends to self: SM kernels)"
+for w in ag-gemm gemm-rs mlp; do for tp in 2 4 8; do
+  $B/flashoverlap run --hardware "$HW" --workload $w --tp $tp --batch 16 --seq 4096 \
+    --strategy sequential,chunked:2,chunked:4,flash --emulate-rank 0 --stand-in copy \
+    --transport nccl --warmup 3 --repeats 10 --out "$R/emu-nccl-$w-tp$tp-b16" --force
+done; done
+echo "== NCCL transport with two ranks on one GPU: must be refused"
+$B/flashoverlap run --workload mlp --tp 2 --batch 1 --seq 1024 --transport nccl --no-check \
+  --strategy flash --repeats 1 --warmup 0; echo "exit $?"
+echo "== validate (calibrated profile)"
+$B/flashoverlap validate "$R"/emu-* --hardware "$HW" --out "$R/validate.json" --force | tail -3
 tar czf "${OUT:-/tmp/out}/all.tar.gz" -C "${OUT:-/tmp/out}" r
 echo done

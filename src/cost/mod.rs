@@ -205,10 +205,28 @@ mod tests {
         let (a, b) = ((1024, 4096, 4096), (4096, 4096, 4096));
         let (ma, mb) = (model(&g, a.0, a.1, a.2), model(&g, b.0, b.1, b.2));
         g.gemm.measured = vec![
-            GemmPoint { dtype: DType::Bf16, m: a.0, n: a.1, k: a.2, secs: 2.0 * ma },
-            GemmPoint { dtype: DType::Bf16, m: b.0, n: b.1, k: b.2, secs: 0.5 * mb },
+            GemmPoint {
+                dtype: DType::Bf16,
+                m: a.0,
+                n: a.1,
+                k: a.2,
+                secs: 2.0 * ma,
+            },
+            GemmPoint {
+                dtype: DType::Bf16,
+                m: b.0,
+                n: b.1,
+                k: b.2,
+                secs: 0.5 * mb,
+            },
             // Another dtype's point is ignored for bf16.
-            GemmPoint { dtype: DType::Fp32, m: 2048, n: 4096, k: 4096, secs: 1.0 },
+            GemmPoint {
+                dtype: DType::Fp32,
+                m: 2048,
+                n: 4096,
+                k: 4096,
+                secs: 1.0,
+            },
         ];
         assert!((model(&g, a.0, a.1, a.2) / (2.0 * ma) - 1.0).abs() < 1e-12);
         assert!((model(&g, b.0, b.1, b.2) / (0.5 * mb) - 1.0).abs() < 1e-12);
@@ -216,9 +234,13 @@ mod tests {
         let c = gemm_cost(&g, 2048, 4096, 4096, DType::Bf16).unwrap();
         assert!((c.correction - 1.0).abs() < 1e-12);
         // Nearer `a` leans towards a's ratio; far outside, the nearer point dominates.
-        let near_a = gemm_cost(&g, 1200, 4096, 4096, DType::Bf16).unwrap().correction;
+        let near_a = gemm_cost(&g, 1200, 4096, 4096, DType::Bf16)
+            .unwrap()
+            .correction;
         assert!(near_a > 1.5 && near_a < 2.0);
-        let far = gemm_cost(&g, 65536, 4096, 4096, DType::Bf16).unwrap().correction;
+        let far = gemm_cost(&g, 65536, 4096, 4096, DType::Bf16)
+            .unwrap()
+            .correction;
         assert!(far < 0.7 && far > 0.5);
         // Zero-sized GEMMs stay free.
         assert_eq!(gemm_time(&g, 0, 4096, 4096, DType::Bf16).unwrap(), 0.0);

@@ -2,13 +2,20 @@
 //!
 //! Runs a [`Program`] — buffers, streams, sync events and steps in issue order — on the
 //! GPUs of this process: cuBLAS bf16 GEMMs, elementwise kernels compiled by NVRTC,
-//! copy-engine copies (peer copies across devices), stream waits, and a pair of timing
-//! events around every span. One host thread issues every step, in the program's order
-//! (which the lowering made a valid issue order: every event is recorded before it is
-//! waited on). The only crate of the project with `unsafe`.
+//! copy-engine copies (peer copies across devices), NCCL point-to-point transfers (one
+//! communicator over the program's NCCL ranks, each transfer one group), stream waits,
+//! and a pair of timing events around every span. One host thread issues every step, in
+//! the program's order (which the lowering made a valid issue order: every event is
+//! recorded before it is waited on; NCCL groups are issued in one global order, so every
+//! pair of ranks sees its transfers in the same order).
+//!
+//! A watchdog ([`Loaded::set_watchdog`]) bounds each run: when the GPUs have not finished
+//! in time it names the span that started and did not end (or the first that never
+//! started), aborts the communicator, and the `Loaded` is not used again.
 //!
 //! Missing pieces are reported, never panicked on: [`probe`] checks for the driver,
-//! cuBLAS and NVRTC libraries and for a GPU before any of them is called.
+//! cuBLAS and NVRTC libraries and for a GPU before any of them is called, [`probe_nccl`]
+//! for NCCL. The only crate of the project with `unsafe`.
 
 mod program;
 
@@ -16,15 +23,18 @@ pub use program::*;
 
 use cudarc::cublas::sys as cublas;
 use cudarc::driver::{result as cu, sys as drv};
-use std::ffi::{CString, c_void};
+use cudarc::nccl::{result as nc, sys as ncs};
+use std::cell::Cell;
+use std::ffi::{CStr, CString, c_void};
+use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum CudaError {
-    #[error(
-        "the CUDA library `{lib}` was not found (searched the loader path; on the lent H200 set \
-         LD_LIBRARY_PATH to the nvidia/cu13/lib folder of the Python site-packages)"
-    )]
-    MissingLibrary { lib: &'static str },
+    #[error("the library `{lib}` was not found on the loader path; {hint}")]
+    MissingLibrary {
+        lib: &'static str,
+        hint: &'static str,
+    },
     #[error("no CUDA GPU is visible ({0})")]
     NoGpu(String),
     #[error("the program needs {need} GPUs, {have} are visible")]
@@ -37,9 +47,26 @@ pub enum CudaError {
     Nvrtc(String),
     #[error("invalid program: {0}")]
     Program(String),
-    #[error("a run did not finish within {secs} s: {what}")]
-    Timeout { secs: f64, what: String },
+    #[error("NCCL call `{call}` failed: {msg}")]
+    Nccl { call: &'static str, msg: String },
+    /// The watchdog fired: the run had not finished after `secs`. `span` is the timed
+    /// span that started and never ended (`started`), or else the first span in issue
+    /// order that never started; `None` when every span ended (a trailing wait hung).
+    #[error("the run had not finished after {secs} s (watchdog); span {span:?} {}", if *started { "started and did not end" } else { "never started" })]
+    Hung {
+        secs: f64,
+        span: Option<u32>,
+        stream: Option<u32>,
+        started: bool,
+    },
+    #[error("this executor was stopped by its watchdog and cannot run again")]
+    Stopped,
 }
+
+const CU_HINT: &str = "on the lent H200 set LD_LIBRARY_PATH to the nvidia/cu13/lib folder of \
+                       the Python site-packages";
+const NCCL_HINT: &str = "it is opened as libnccl.so: pip's nvidia-nccl wheel ships only \
+                         libnccl.so.2, so link libnccl.so to it in a folder on LD_LIBRARY_PATH";
 
 type Result<T> = std::result::Result<T, CudaError>;
 
@@ -76,13 +103,22 @@ pub fn probe() -> Result<Vec<DeviceInfo>> {
     // SAFETY: only tries to open the shared libraries.
     unsafe {
         if !drv::is_culib_present() {
-            return Err(CudaError::MissingLibrary { lib: "libcuda" });
+            return Err(CudaError::MissingLibrary {
+                lib: "libcuda",
+                hint: "it comes with the NVIDIA driver",
+            });
         }
         if !cublas::is_culib_present() {
-            return Err(CudaError::MissingLibrary { lib: "libcublas" });
+            return Err(CudaError::MissingLibrary {
+                lib: "libcublas",
+                hint: CU_HINT,
+            });
         }
         if !cudarc::nvrtc::sys::is_culib_present() {
-            return Err(CudaError::MissingLibrary { lib: "libnvrtc" });
+            return Err(CudaError::MissingLibrary {
+                lib: "libnvrtc",
+                hint: CU_HINT,
+            });
         }
     }
     cu::init().map_err(|e| CudaError::NoGpu(format!("cuInit: {e:?}")))?;
@@ -112,6 +148,31 @@ pub fn probe() -> Result<Vec<DeviceInfo>> {
     Ok(out)
 }
 
+/// Check that NCCL can be opened; its version (e.g. 22807 for 2.28.7).
+pub fn probe_nccl() -> Result<i32> {
+    // SAFETY: only tries to open the shared library.
+    if !unsafe { ncs::is_culib_present() } {
+        return Err(CudaError::MissingLibrary {
+            lib: "libnccl",
+            hint: NCCL_HINT,
+        });
+    }
+    nc::get_nccl_version().map_err(|e| nccl_err("ncclGetVersion", e))
+}
+
+fn nccl_err(call: &'static str, e: nc::NcclError) -> CudaError {
+    // SAFETY: ncclGetErrorString returns a static string for any result code.
+    let msg = unsafe {
+        let p = ncs::ncclGetErrorString(e.0);
+        if p.is_null() {
+            format!("{:?}", e.0)
+        } else {
+            format!("{:?} ({})", e.0, CStr::from_ptr(p).to_string_lossy())
+        }
+    };
+    CudaError::Nccl { call, msg }
+}
+
 struct Dev {
     ctx: drv::CUcontext,
     module: drv::CUmodule,
@@ -121,6 +182,7 @@ struct Dev {
     f_add: drv::CUfunction,
     f_act: drv::CUfunction,
     f_act8: drv::CUfunction,
+    f_sleep: drv::CUfunction,
     sms: u32,
 }
 
@@ -143,6 +205,13 @@ pub struct Loaded {
     events: Vec<drv::CUevent>,
     marks: Vec<(drv::CUevent, drv::CUevent)>,
     t0: Vec<drv::CUevent>,
+    /// One event per stream, recorded after the last step: the watchdog polls them.
+    fences: Vec<drv::CUevent>,
+    comms: Vec<ncs::ncclComm_t>,
+    watchdog: Option<Duration>,
+    /// Set when the watchdog fired: GPU work may still be running, so nothing is
+    /// synchronised or freed again.
+    stopped: Cell<bool>,
 }
 
 const POISON: u16 = 0x7fc0;
@@ -171,6 +240,10 @@ impl Loaded {
             events: Vec::new(),
             marks: Vec::new(),
             t0: Vec::new(),
+            fences: Vec::new(),
+            comms: Vec::new(),
+            watchdog: None,
+            stopped: Cell::new(false),
         };
         for d in 0..need.max(1) {
             // SAFETY: plain driver calls on a device that exists; handles are kept in
@@ -195,6 +268,7 @@ impl Loaded {
                     f_add: f("add_u16")?,
                     f_act: f("act_u16")?,
                     f_act8: f("act_v8")?,
+                    f_sleep: f("sleep_ns")?,
                     sms: infos[d as usize].sm_count,
                 });
                 l.t0.push(event()?);
@@ -216,6 +290,7 @@ impl Loaded {
                 .map_err(drv_err("cuStreamCreate"))?;
             l.streams.push(s);
             l.handles.push(None);
+            l.fences.push(event()?);
         }
         for step in &l.program.steps {
             if let Step::Launch {
@@ -242,7 +317,22 @@ impl Loaded {
         for _ in 0..l.program.spans {
             l.marks.push((event()?, event()?));
         }
+        if !l.program.nccl.is_empty() {
+            probe_nccl()?;
+            let devs: Vec<i32> = l.program.nccl.iter().map(|&d| d as i32).collect();
+            let mut comms = vec![std::ptr::null_mut(); devs.len()];
+            // SAFETY: `comms` has one slot per device; the communicators are destroyed
+            // (or aborted) in Drop.
+            unsafe { nc::comm_init_all(comms.as_mut_ptr(), devs.len() as i32, devs.as_ptr()) }
+                .map_err(|e| nccl_err("ncclCommInitAll", e))?;
+            l.comms = comms;
+        }
         Ok(l)
+    }
+
+    /// Bound every later [`Loaded::run`] by `limit` of wall time (`None`: wait forever).
+    pub fn set_watchdog(&mut self, limit: Option<Duration>) {
+        self.watchdog = limit;
     }
 
     pub fn program(&self) -> &Program {
@@ -331,6 +421,9 @@ impl Loaded {
 
     /// Issue every step once and wait for the end; returns each span's times.
     pub fn run(&self) -> Result<Measured> {
+        if self.stopped.get() {
+            return Err(CudaError::Stopped);
+        }
         // Every stream waits for its device's start event, so nothing runs before t0.
         for (d, &t0) in self.t0.iter().enumerate() {
             self.bind(d as u32)?;
@@ -383,9 +476,18 @@ impl Loaded {
                     .map_err(drv_err("cuEventRecord"))?;
                 }
                 Step::Launch { stream, kernel } => self.kernel(stream, kernel)?,
+                Step::Nccl {
+                    from,
+                    send_stream,
+                    src,
+                    to,
+                    recv_stream,
+                    dst,
+                    elems,
+                } => self.nccl_pair(from, send_stream, src, to, recv_stream, dst, elems)?,
             }
         }
-        self.sync()?;
+        self.finish()?;
         let mut spans = Vec::with_capacity(self.marks.len());
         let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
         let span_dev = self.span_devices();
@@ -405,6 +507,134 @@ impl Loaded {
             spans,
             wall: if hi >= lo { hi - lo } else { 0.0 },
         })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn nccl_pair(
+        &self,
+        from: u32,
+        send_stream: u32,
+        src: Ptr,
+        to: u32,
+        recv_stream: u32,
+        dst: Ptr,
+        elems: u64,
+    ) -> Result<()> {
+        let bf16 = ncs::ncclDataType_t::ncclBfloat16;
+        nc::group_start().map_err(|e| nccl_err("ncclGroupStart", e))?;
+        // SAFETY: the regions were bounds-checked by `check`; the communicators and
+        // streams live as long as `self`. The group is always closed.
+        let issued = unsafe {
+            nc::send(
+                self.ptr(src) as *const c_void,
+                elems as usize,
+                bf16,
+                to as i32,
+                self.comms[from as usize],
+                self.streams[send_stream as usize] as ncs::cudaStream_t,
+            )
+            .map_err(|e| nccl_err("ncclSend", e))
+            .and_then(|_| {
+                nc::recv(
+                    self.ptr(dst) as *mut c_void,
+                    elems as usize,
+                    bf16,
+                    from as i32,
+                    self.comms[to as usize],
+                    self.streams[recv_stream as usize] as ncs::cudaStream_t,
+                )
+                .map_err(|e| nccl_err("ncclRecv", e))
+            })
+        };
+        let ended = nc::group_end().map_err(|e| nccl_err("ncclGroupEnd", e));
+        issued.and(ended).map(|_| ())
+    }
+
+    /// Wait for every stream: a plain synchronise, or, under a watchdog, polling each
+    /// stream's fence until the limit.
+    fn finish(&self) -> Result<()> {
+        let Some(limit) = self.watchdog else {
+            return self.sync();
+        };
+        for (i, &f) in self.fences.iter().enumerate() {
+            self.bind(self.program.streams[i])?;
+            // SAFETY: event and stream made in `new`.
+            unsafe { cu::event::record(f, self.streams[i]) }.map_err(drv_err("cuEventRecord"))?;
+        }
+        let t = Instant::now();
+        let mut pause = Duration::from_micros(20);
+        loop {
+            let mut all = true;
+            for &f in &self.fences {
+                if !self.done(f)? {
+                    all = false;
+                    break;
+                }
+            }
+            if all {
+                return Ok(());
+            }
+            if t.elapsed() > limit {
+                return Err(self.stop(t.elapsed()));
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(5));
+        }
+    }
+
+    fn done(&self, e: drv::CUevent) -> Result<bool> {
+        // SAFETY: an event made in `new`.
+        match unsafe { cu::event::query(e) } {
+            Ok(()) => Ok(true),
+            Err(cu::DriverError(drv::cudaError_enum::CUDA_ERROR_NOT_READY)) => Ok(false),
+            Err(e) => Err(CudaError::Driver {
+                call: "cuEventQuery",
+                msg: format!("{e:?}"),
+            }),
+        }
+    }
+
+    /// The watchdog fired: find the span at fault, abort NCCL, and retire `self`.
+    fn stop(&self, waited: Duration) -> CudaError {
+        let streams = self.span_streams();
+        let mut running = None;
+        let mut first_unstarted = None;
+        for (i, &(a, b)) in self.marks.iter().enumerate() {
+            let started = self.done(a).unwrap_or(false);
+            let ended = self.done(b).unwrap_or(false);
+            if started && !ended && running.is_none() {
+                running = Some(i as u32);
+            }
+            if !started && first_unstarted.is_none() {
+                first_unstarted = Some(i as u32);
+            }
+        }
+        for &c in &self.comms {
+            // SAFETY: aborting a live communicator unblocks its kernels; it is not used
+            // again (Drop skips it once `stopped` is set).
+            let _ = unsafe { nc::comm_abort(c) };
+        }
+        self.stopped.set(true);
+        let (span, started) = match (running, first_unstarted) {
+            (Some(s), _) => (Some(s), true),
+            (None, s) => (s, false),
+        };
+        CudaError::Hung {
+            secs: waited.as_secs_f64(),
+            span,
+            stream: span.map(|s| streams[s as usize]),
+            started,
+        }
+    }
+
+    fn span_streams(&self) -> Vec<u32> {
+        let mut d = vec![0u32; self.marks.len()];
+        for step in &self.program.steps {
+            if let Step::Mark { stream, span, .. } = *step {
+                d[span as usize] = stream;
+            }
+        }
+        d
     }
 
     fn span_devices(&self) -> Vec<u32> {
@@ -570,6 +800,21 @@ impl Loaded {
                     }
                 }
             }
+            Kernel::Sleep { ns } => {
+                let mut ns = ns;
+                // SAFETY: our module's kernel; one u64 parameter.
+                unsafe {
+                    cu::launch_kernel(
+                        d.f_sleep,
+                        (1, 1, 1),
+                        (1, 1, 1),
+                        0,
+                        s,
+                        &mut [ptr_of(&mut ns)],
+                    )
+                }
+                .map_err(drv_err("cuLaunchKernel"))
+            }
         }
     }
 
@@ -606,12 +851,20 @@ impl Drop for Loaded {
     fn drop(&mut self) {
         // SAFETY: each handle was created in `new` and is released once; errors while
         // tearing down cannot be acted on.
+        if self.stopped.get() {
+            // GPU work may still be running (or hung): freeing its memory or handles
+            // now could fault it, so everything is left to the process's exit.
+            return;
+        }
         unsafe {
             let _ = self.sync();
+            for &c in &self.comms {
+                let _ = nc::comm_destroy(c);
+            }
             for h in self.handles.iter().flatten() {
                 cublas::cublasDestroy_v2(*h);
             }
-            for e in self.events.iter().chain(self.t0.iter()) {
+            for e in self.events.iter().chain(&self.t0).chain(&self.fences) {
                 let _ = cu::event::destroy(*e);
             }
             for (a, b) in &self.marks {
@@ -638,6 +891,14 @@ impl Drop for Loaded {
 /// buffers or name a stream, event or span that does not exist.
 pub fn check(p: &Program) -> Result<()> {
     let bad = |m: String| Err(CudaError::Program(m));
+    for (i, d) in p.nccl.iter().enumerate() {
+        if p.nccl[..i].contains(d) {
+            return bad(format!(
+                "NCCL ranks {} and {i} are both on device {d} (NCCL needs one GPU per rank)",
+                p.nccl.iter().position(|x| x == d).unwrap_or(0)
+            ));
+        }
+    }
     let region = |ptr: Ptr, elems: u64, what: &str| -> Result<()> {
         let Some(b) = p.buffers.get(ptr.buf as usize) else {
             return bad(format!("{what}: buffer {} does not exist", ptr.buf));
@@ -723,8 +984,45 @@ pub fn check(p: &Program) -> Result<()> {
                         region(dst, bytes / 2, &w)?;
                         region(src, bytes / 2, &w)?;
                     }
+                    Kernel::Sleep { .. } => {}
                 }
                 stream
+            }
+            Step::Nccl {
+                from,
+                send_stream,
+                src,
+                to,
+                recv_stream,
+                dst,
+                elems,
+            } => {
+                let w = format!("step {i}");
+                for (r, st, what) in [(from, send_stream, "send"), (to, recv_stream, "recv")] {
+                    let Some(&dev) = p.nccl.get(r as usize) else {
+                        return bad(format!("{w}: NCCL rank {r} does not exist"));
+                    };
+                    match p.streams.get(st as usize) {
+                        Some(&sd) if sd == dev => {}
+                        Some(&sd) => {
+                            return bad(format!(
+                                "{w}: {what} stream {st} is on device {sd}, NCCL rank {r} on {dev}"
+                            ));
+                        }
+                        None => return bad(format!("{w}: stream {st} does not exist")),
+                    }
+                }
+                region(src, elems, &w)?;
+                region(dst, elems, &w)?;
+                for (ptr, r) in [(src, from), (dst, to)] {
+                    if p.buffers[ptr.buf as usize].device != p.nccl[r as usize] {
+                        return bad(format!(
+                            "{w}: buffer {} is not on NCCL rank {r}'s device",
+                            ptr.buf
+                        ));
+                    }
+                }
+                send_stream
             }
         };
         if stream as usize >= p.streams.len() {
@@ -757,6 +1055,7 @@ mod tests {
                     bytes: 64,
                 },
             }],
+            nccl: Vec::new(),
         };
         assert!(check(&p).is_ok());
         p.steps[0] = Step::Launch {
@@ -856,6 +1155,7 @@ mod tests {
                     end: true,
                 },
             ],
+            nccl: Vec::new(),
         };
         let l = Loaded::new(p).unwrap();
         l.initialise().unwrap();
@@ -869,5 +1169,188 @@ mod tests {
             );
             assert_eq!(o, want, "element {i}");
         }
+    }
+
+    fn gpu_or_skip() -> bool {
+        match probe() {
+            Ok(_) => true,
+            Err(e) => {
+                assert!(
+                    std::env::var("REQUIRE_GPU").as_deref() != Ok("1"),
+                    "REQUIRE_GPU=1 but {e}"
+                );
+                eprintln!("skipped: {e}");
+                false
+            }
+        }
+    }
+
+    fn timed_sleep(ns: u64) -> Vec<Step> {
+        vec![
+            Step::Mark {
+                stream: 0,
+                span: 0,
+                end: false,
+            },
+            Step::Launch {
+                stream: 0,
+                kernel: Kernel::Sleep { ns },
+            },
+            Step::Mark {
+                stream: 0,
+                span: 0,
+                end: true,
+            },
+        ]
+    }
+
+    #[test]
+    fn spans_time_a_known_sleep() {
+        if !gpu_or_skip() {
+            return;
+        }
+        let l = Loaded::new(Program {
+            streams: vec![0],
+            spans: 1,
+            steps: timed_sleep(2_000_000),
+            ..Default::default()
+        })
+        .unwrap();
+        let m = l.run().unwrap();
+        let d = m.spans[0].1 - m.spans[0].0;
+        assert!((2e-3..0.5).contains(&d), "a 2 ms sleep measured {d} s");
+    }
+
+    #[test]
+    fn watchdog_names_the_span_that_did_not_end() {
+        if !gpu_or_skip() {
+            return;
+        }
+        let mut steps = timed_sleep(1_500_000_000);
+        // A second span behind it on the same stream never starts in time.
+        steps.extend(timed_sleep(1_000).into_iter().map(|s| match s {
+            Step::Mark { stream, end, .. } => Step::Mark {
+                stream,
+                span: 1,
+                end,
+            },
+            s => s,
+        }));
+        let mut l = Loaded::new(Program {
+            streams: vec![0],
+            spans: 2,
+            steps,
+            ..Default::default()
+        })
+        .unwrap();
+        l.set_watchdog(Some(Duration::from_millis(200)));
+        match l.run() {
+            Err(CudaError::Hung {
+                span: Some(0),
+                stream: Some(0),
+                started: true,
+                secs,
+            }) => assert!(secs >= 0.2),
+            other => panic!("expected the watchdog on span 0, got {other:?}"),
+        }
+        assert_eq!(l.run().unwrap_err(), CudaError::Stopped);
+    }
+
+    #[test]
+    fn nccl_send_to_self_copies_the_region() {
+        if !gpu_or_skip() {
+            return;
+        }
+        if let Err(e) = probe_nccl() {
+            assert!(
+                std::env::var("REQUIRE_GPU").as_deref() != Ok("1"),
+                "REQUIRE_GPU=1 but {e}"
+            );
+            eprintln!("skipped: {e}");
+            return;
+        }
+        let n = 1u64 << 20;
+        let buf = |init| Buffer {
+            device: 0,
+            elems: n,
+            init,
+        };
+        let l = Loaded::new(Program {
+            buffers: vec![
+                buf(Init::Random {
+                    key: 9,
+                    offset: 0,
+                    len: n,
+                    index0: 0,
+                }),
+                buf(Init::Poison),
+            ],
+            streams: vec![0],
+            spans: 1,
+            steps: vec![
+                Step::Mark {
+                    stream: 0,
+                    span: 0,
+                    end: false,
+                },
+                Step::Nccl {
+                    from: 0,
+                    send_stream: 0,
+                    src: Ptr { buf: 0, offset: 0 },
+                    to: 0,
+                    recv_stream: 0,
+                    dst: Ptr { buf: 1, offset: 0 },
+                    elems: n,
+                },
+                Step::Mark {
+                    stream: 0,
+                    span: 0,
+                    end: true,
+                },
+            ],
+            nccl: vec![0],
+            ..Default::default()
+        })
+        .unwrap();
+        l.initialise().unwrap();
+        let m = l.run().unwrap();
+        assert!(m.spans[0].1 > m.spans[0].0);
+        assert_eq!(l.read(1, 0, n).unwrap(), l.read(0, 0, n).unwrap());
+    }
+
+    #[test]
+    fn check_rejects_two_nccl_ranks_on_one_gpu_and_streams_elsewhere() {
+        let mut p = Program {
+            buffers: vec![Buffer {
+                device: 0,
+                elems: 8,
+                init: Init::Poison,
+            }],
+            streams: vec![0, 1],
+            nccl: vec![0, 0],
+            ..Default::default()
+        };
+        assert!(
+            check(&p)
+                .unwrap_err()
+                .to_string()
+                .contains("both on device 0")
+        );
+        p.nccl = vec![0, 1];
+        p.steps.push(Step::Nccl {
+            from: 0,
+            send_stream: 1,
+            src: Ptr { buf: 0, offset: 0 },
+            to: 1,
+            recv_stream: 1,
+            dst: Ptr { buf: 0, offset: 0 },
+            elems: 8,
+        });
+        assert!(
+            check(&p)
+                .unwrap_err()
+                .to_string()
+                .contains("send stream 1 is on device 1")
+        );
     }
 }

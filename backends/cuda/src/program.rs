@@ -84,6 +84,9 @@ pub enum Kernel {
     },
     /// `bytes` from `src` to `dst` by the copy engine (a peer copy across devices).
     Copy { dst: Ptr, src: Ptr, bytes: u64 },
+    /// Occupy one CTA for `ns` nanoseconds of GPU time (spins on the global timer):
+    /// a known-length op for tests of timing and of the watchdog.
+    Sleep { ns: u64 },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -108,6 +111,19 @@ pub enum Step {
         stream: u32,
         kernel: Kernel,
     },
+    /// One NCCL point-to-point transfer of `elems` bf16 elements, issued as one group:
+    /// NCCL rank `from` sends `src` on `send_stream`, rank `to` receives into `dst` on
+    /// `recv_stream`. `from == to` is a send to self (NCCL's local copy through SMs).
+    /// The streams must be on the ranks' devices ([`Program::nccl`]).
+    Nccl {
+        from: u32,
+        send_stream: u32,
+        src: Ptr,
+        to: u32,
+        recv_stream: u32,
+        dst: Ptr,
+        elems: u64,
+    },
 }
 
 /// A program: buffers, streams (by device), sync events, and the steps in issue order.
@@ -120,6 +136,9 @@ pub struct Program {
     /// Timed spans (each marked once at its start and once at its end).
     pub spans: u32,
     pub steps: Vec<Step>,
+    /// Device of each NCCL rank, in rank order (one communicator over them, made with
+    /// `ncclCommInitAll`); empty when the program has no NCCL steps. Devices are distinct.
+    pub nccl: Vec<u32>,
 }
 
 impl Program {
@@ -128,6 +147,7 @@ impl Program {
         self.streams
             .iter()
             .chain(self.buffers.iter().map(|b| &b.device))
+            .chain(self.nccl.iter())
             .max()
             .map_or(0, |d| d + 1)
     }
@@ -169,6 +189,11 @@ __device__ __forceinline__ u16 f2b(float f) {
     if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
     u += 0x7fffu + ((u >> 16) & 1u);
     return (u16)(u >> 16);
+}
+extern "C" __global__ void sleep_ns(u64 ns) {
+    u64 t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
 }
 extern "C" __global__ void fill_u16(u16* p, u64 n, u16 v) {
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) p[i] = v;

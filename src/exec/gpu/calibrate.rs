@@ -87,7 +87,11 @@ pub(super) fn calibrate(shapes: &[(u64, u64, u64)], repeats: u32) -> Result<Cali
     // An untimed GEMM first keeps the GPU busy while the host enqueues the timed ones, so
     // no timed span includes the host's enqueue latency.
     let spacer = (16384u64, 8192u64, 8192u64);
-    let (mut ma, mut mb, mut mc) = (spacer.0 * spacer.2, spacer.2 * spacer.1, spacer.0 * spacer.1);
+    let (mut ma, mut mb, mut mc) = (
+        spacer.0 * spacer.2,
+        spacer.2 * spacer.1,
+        spacer.0 * spacer.1,
+    );
     for &(m, n, k) in shapes {
         ma = ma.max(m * k);
         mb = mb.max(k * n);

@@ -1,6 +1,6 @@
 //! Plan → device program, and the run loop.
 
-use super::{GpuError, GpuOptions, GpuRun, data_key};
+use super::{GpuError, GpuOptions, GpuRun, Transport, data_key};
 use crate::plan::{BufInit, LaunchId, NO_PARTNER, OpId, OpIo, OpKind, Plan, Region};
 use crate::scenario::Activation;
 use flashoverlap_cuda as fc;
@@ -84,8 +84,15 @@ fn kernel(plan: &Plan, op: OpId) -> Option<fc::Kernel> {
 }
 
 /// Lower `plan` onto `devices` GPUs (rank r on GPU r mod devices).
-pub(super) fn lower(plan: &Plan, devices: u32) -> Result<Lowered, GpuError> {
+pub(super) fn lower(plan: &Plan, devices: u32, transport: Transport) -> Result<Lowered, GpuError> {
     let dev = |rank: u32| rank % devices.max(1);
+    let nccl = transport == Transport::Nccl;
+    if nccl && plan.ranks > devices {
+        return Err(GpuError::NcclGpuPerRank {
+            ranks: plan.ranks,
+            devices,
+        });
+    }
     let mut p = fc::Program::default();
     for (i, b) in plan.buffers.iter().enumerate() {
         let elems = b.rows * b.cols;
@@ -112,6 +119,16 @@ pub(super) fn lower(plan: &Plan, devices: u32) -> Result<Lowered, GpuError> {
         });
     }
     p.streams = plan.streams.iter().map(|s| dev(s.rank)).collect();
+    // NCCL: one rank per GPU, and a send stream per rank (a send is issued with its recv,
+    // after the sender's stream has moved on, so it waits for the post event there).
+    let mut send_stream = Vec::new();
+    if nccl {
+        p.nccl = (0..plan.ranks).map(dev).collect();
+        for r in 0..plan.ranks {
+            send_stream.push(p.streams.len() as u32);
+            p.streams.push(dev(r));
+        }
+    }
     // Staging buffer per stream for accumulating recvs (copy in, then add).
     let mut staging = vec![NONE; plan.streams.len()];
     let mut staging_elems = vec![0u64; plan.streams.len()];
@@ -218,7 +235,22 @@ pub(super) fn lower(plan: &Plan, devices: u32) -> Result<Lowered, GpuError> {
                             span: next_span,
                             end: false,
                         });
-                        p.steps.push(fc::Step::Launch { stream, kernel: k });
+                        match k {
+                            // Stand-in copies (emulated ranks) go through the transport.
+                            fc::Kernel::Copy { dst, src, bytes } if nccl => {
+                                let r = plan.streams[stream as usize].rank;
+                                p.steps.push(fc::Step::Nccl {
+                                    from: r,
+                                    send_stream: stream,
+                                    src,
+                                    to: r,
+                                    recv_stream: stream,
+                                    dst,
+                                    elems: bytes / 2,
+                                });
+                            }
+                            k => p.steps.push(fc::Step::Launch { stream, kernel: k }),
+                        }
                         p.steps.push(fc::Step::Mark {
                             stream,
                             span: next_span,
@@ -242,8 +274,14 @@ pub(super) fn lower(plan: &Plan, devices: u32) -> Result<Lowered, GpuError> {
                     else {
                         return Err(GpuError::NoDataflow);
                     };
+                    let from = plan.ops[send as usize].rank;
+                    let sstream = if nccl {
+                        send_stream[from as usize]
+                    } else {
+                        stream
+                    };
                     p.steps.push(fc::Step::Wait {
-                        stream,
+                        stream: sstream,
                         event: op_ev(send),
                     });
                     op_span[op as usize] = next_span;
@@ -252,7 +290,38 @@ pub(super) fn lower(plan: &Plan, devices: u32) -> Result<Lowered, GpuError> {
                         span: next_span,
                         end: false,
                     });
-                    if accumulate {
+                    let to = plan.ops[op as usize].rank;
+                    let st = fc::Ptr {
+                        buf: staging[stream as usize],
+                        offset: 0,
+                    };
+                    if nccl {
+                        p.steps.push(fc::Step::Nccl {
+                            from,
+                            send_stream: sstream,
+                            src: ptr(plan, src),
+                            to,
+                            recv_stream: stream,
+                            dst: if accumulate { st } else { ptr(plan, dst) },
+                            elems: bytes / 2,
+                        });
+                        if accumulate {
+                            let d = span2(plan, dst);
+                            p.steps.push(fc::Step::Launch {
+                                stream,
+                                kernel: fc::Kernel::Add {
+                                    out: d,
+                                    x: d,
+                                    y: fc::Span2 {
+                                        ptr: st,
+                                        stride: bytes / 2,
+                                    },
+                                    block_elems: bytes / 2,
+                                    blocks: 1,
+                                },
+                            });
+                        }
+                    } else if accumulate {
                         let st = fc::Ptr {
                             buf: staging[stream as usize],
                             offset: 0,
@@ -334,6 +403,37 @@ pub(super) fn lower(plan: &Plan, devices: u32) -> Result<Lowered, GpuError> {
     })
 }
 
+/// A watchdog report in the plan's terms: which op (label, rank, stream) waited.
+fn hung(plan: &Plan, low: &Lowered, e: fc::CudaError) -> GpuError {
+    let fc::CudaError::Hung {
+        secs,
+        span,
+        started,
+        ..
+    } = e
+    else {
+        return cuda(e);
+    };
+    let what = match span.and_then(|s| low.op_span.iter().position(|&x| x == s)) {
+        Some(op) => {
+            let o = &plan.ops[op];
+            format!(
+                "op {op} `{}` on rank {} stream `{}` {}",
+                plan.label(op as OpId),
+                o.rank,
+                plan.streams[o.stream as usize].name,
+                if started {
+                    "started and did not finish"
+                } else {
+                    "never started (what it waits for did not finish)"
+                }
+            )
+        }
+        None => "every timed op finished; a trailing wait did not".to_string(),
+    };
+    GpuError::Hung { secs, what }
+}
+
 /// Per-op times of one measured run (sends take their recv's span).
 pub(super) fn op_times(plan: &Plan, low: &Lowered, m: &fc::Measured) -> Vec<(f64, f64)> {
     (0..plan.op_count())
@@ -363,20 +463,26 @@ pub(super) fn run(plan: &Plan, opts: &GpuOptions) -> Result<GpuRun, GpuError> {
             "{ndev} GPUs asked for, {visible} visible"
         )));
     }
-    let low = lower(plan, ndev)?;
-    let loaded = fc::Loaded::new(low.program.clone()).map_err(cuda)?;
+    let low = lower(plan, ndev, opts.transport)?;
+    let mut loaded = fc::Loaded::new(low.program.clone()).map_err(cuda)?;
+    loaded.set_watchdog(
+        opts.watchdog
+            .filter(|s| s.is_finite() && *s > 0.0)
+            .map(std::time::Duration::from_secs_f64),
+    );
+    let hung = |e: fc::CudaError| hung(plan, &low, e);
     loaded.initialise().map_err(cuda)?;
-    loaded.run().map_err(cuda)?;
+    loaded.run().map_err(hung)?;
     let rel_error = match opts.check {
         Some(w) => Some(super::reference::check(plan, w, &loaded, ndev)?),
         None => None,
     };
     for _ in 0..opts.warmup {
-        loaded.run().map_err(cuda)?;
+        loaded.run().map_err(hung)?;
     }
     let mut runs = Vec::with_capacity(opts.repeats as usize);
     for _ in 0..opts.repeats {
-        runs.push(loaded.run().map_err(cuda)?);
+        runs.push(loaded.run().map_err(hung)?);
     }
     let makespans: Vec<f64> = runs.iter().map(|m| m.wall).collect();
     let mut order: Vec<usize> = (0..runs.len()).collect();
@@ -419,8 +525,12 @@ mod tests {
         for w in [Workload::AgGemm, Workload::GemmRs, Workload::Mlp] {
             for s in [Strategy::Sequential, Strategy::Chunked(2), Strategy::Flash] {
                 let plan = crate::strategy::build(&sc, w, s).unwrap();
-                for devices in [1, 4] {
-                    let low = lower(&plan, devices).unwrap();
+                for (devices, transport) in [
+                    (1, Transport::CopyEngine),
+                    (4, Transport::CopyEngine),
+                    (plan.ranks, Transport::Nccl),
+                ] {
+                    let low = lower(&plan, devices, transport).unwrap();
                     fc::check(&low.program).unwrap();
                     let mut recorded = vec![false; low.program.events as usize];
                     let mut marks = vec![0u8; low.program.spans as usize];
@@ -431,10 +541,27 @@ mod tests {
                                 assert!(recorded[event as usize], "{w:?} {s}: wait before record")
                             }
                             fc::Step::Mark { span, .. } => marks[span as usize] += 1,
-                            fc::Step::Launch { .. } => {}
+                            fc::Step::Launch { .. } | fc::Step::Nccl { .. } => {}
                         }
                     }
                     assert!(marks.iter().all(|&m| m == 2));
+                    let nccl_steps = low
+                        .program
+                        .steps
+                        .iter()
+                        .filter(|s| matches!(s, fc::Step::Nccl { .. }))
+                        .count();
+                    let recvs = plan
+                        .ops
+                        .iter()
+                        .filter(|o| matches!(o.kind, OpKind::Recv { .. }))
+                        .count();
+                    let want = if transport == Transport::Nccl {
+                        recvs
+                    } else {
+                        0
+                    };
+                    assert_eq!(nccl_steps, want, "{w:?} {s}: one NCCL group per transfer");
                     for op in 0..plan.op_count() {
                         let has = low.op_span[op] != NONE
                             || low.op_span[plan.partner(op as OpId) as usize] != NONE;
@@ -443,5 +570,28 @@ mod tests {
                 }
             }
         }
+        // NCCL cannot put two ranks on one GPU.
+        let plan = crate::strategy::build(&sc, Workload::Mlp, Strategy::Flash).unwrap();
+        assert!(matches!(
+            lower(&plan, 1, Transport::Nccl),
+            Err(GpuError::NcclGpuPerRank { .. })
+        ));
+        // An emulated rank's stand-in copies go through NCCL as sends to self.
+        let one = crate::plan::emulate_rank(&plan, 0, crate::plan::StandIn::LocalCopy).unwrap();
+        let low = lower(&one, 1, Transport::Nccl).unwrap();
+        fc::check(&low.program).unwrap();
+        let copies = one
+            .ops
+            .iter()
+            .filter(|o| matches!(o.kind, OpKind::Copy { .. }))
+            .count();
+        let selfs = low
+            .program
+            .steps
+            .iter()
+            .filter(|s| matches!(s, fc::Step::Nccl { from: 0, to: 0, .. }))
+            .count();
+        assert!(copies > 0);
+        assert_eq!(selfs, copies);
     }
 }

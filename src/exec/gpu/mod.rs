@@ -3,10 +3,13 @@
 //! schema. Without the `cuda` feature the same API exists and every entry point answers
 //! [`GpuError::NotCompiled`].
 //!
-//! Transport: copy-engine transfers (the receiver pulls the sender's region with a device
-//! or peer copy once the sender has posted it; the sender's launch completes when the
-//! copy has), so a multi-rank plan runs on any number of GPUs of one process — all ranks
-//! on one GPU included, which checks every strategy's data flow for real.
+//! Transports ([`Transport`]): copy-engine transfers (the receiver pulls the sender's
+//! region with a device or peer copy once the sender has posted it; the sender's launch
+//! completes when the copy has), so a multi-rank plan runs on any number of GPUs of one
+//! process — all ranks on one GPU included, which checks every strategy's data flow for
+//! real; or NCCL send/recv, one GPU per rank, each transfer one NCCL group issued where
+//! the copy would be (the send on a per-rank send stream that waits for the sender's
+//! post event).
 
 #[cfg(feature = "cuda")]
 mod calibrate;
@@ -35,6 +38,40 @@ pub enum GpuError {
     Cuda(String),
     #[error("repeats must be at least 1")]
     Repeats,
+    #[error(
+        "the NCCL transport needs one GPU per rank: the plan has {ranks} ranks, {devices} GPUs \
+         are used (use --transport copy to run several ranks on one GPU)"
+    )]
+    NcclGpuPerRank { ranks: u32, devices: u32 },
+    #[error("the run had not finished after {secs:.1} s (watchdog): {what}")]
+    Hung { secs: f64, what: String },
+}
+
+/// How a transfer moves between ranks on the GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Transport {
+    /// The receiver pulls the region with a device or peer copy (copy engines, no SMs).
+    #[default]
+    CopyEngine,
+    /// NCCL send/recv (SM kernels), one group per transfer. In a one-rank plan (an
+    /// emulated rank), local stand-in copies run as NCCL sends to self.
+    Nccl,
+}
+
+impl Transport {
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::CopyEngine => "copy",
+            Transport::Nccl => "nccl",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Transport> {
+        match s {
+            "copy" | "ce" | "copy-engine" => Some(Transport::CopyEngine),
+            "nccl" => Some(Transport::Nccl),
+            _ => None,
+        }
+    }
 }
 
 /// How to run.
@@ -47,6 +84,10 @@ pub struct GpuOptions {
     pub repeats: u32,
     /// Compare every rank's result with the reference (needs `workload`).
     pub check: Option<Workload>,
+    pub transport: Transport,
+    /// Abort a run that has not finished after this many seconds, naming the op that
+    /// waited; `None`: wait forever.
+    pub watchdog: Option<f64>,
 }
 
 impl Default for GpuOptions {
@@ -56,6 +97,8 @@ impl Default for GpuOptions {
             warmup: 2,
             repeats: 5,
             check: None,
+            transport: Transport::CopyEngine,
+            watchdog: Some(60.0),
         }
     }
 }

@@ -182,7 +182,7 @@ pub(super) fn check(
     reference.initialise().map_err(cuda)?;
     reference.run().map_err(cuda)?;
     let mut worst = 0.0f64;
-    for r in 0..n as usize {
+    for (r, &part) in parts.iter().enumerate().take(n as usize) {
         let out = plan.outputs.get(r).ok_or(GpuError::NoDataflow)?;
         let cols = plan.buffers[out.buf as usize].cols;
         if cols != width {
@@ -194,7 +194,7 @@ pub(super) fn check(
             .read(out.buf, out.row0 * cols, out.rows * cols)
             .map_err(cuda)?;
         let want = reference
-            .read(parts[r], out.row0 * cols, out.rows * cols)
+            .read(part, out.row0 * cols, out.rows * cols)
             .map_err(cuda)?;
         let f = |v: Vec<u16>| v.into_iter().map(fc::bf16_to_f32).collect::<Vec<f32>>();
         worst = worst.max(rel_frobenius(&f(got), &f(want)));

@@ -46,6 +46,18 @@ done; done
 echo "== NCCL transport with two ranks on one GPU: must be refused"
 $B/flashoverlap run --workload mlp --tp 2 --batch 1 --seq 1024 --transport nccl --no-check \
   --strategy flash --repeats 1 --warmup 0; echo "exit $?"
+echo "== multi-process mode, world 1 (bootstrap through an id file)"
+$B/flashoverlap run --workload mlp --tp 1 --batch 2 --seq 4096 --transport nccl --world 1 \
+  --rank 0 --nccl-id-file "$R/nccl-id" --strategy sequential,flash --warmup 1 --repeats 3 \
+  --out "$R/mp-world1" --force; echo "exit $?"
+echo "== multi-process mode, two ranks on one GPU: NCCL must refuse, not hang"
+rm -f "$R/nccl-id2"
+for r in 0 1; do
+  timeout 120 $B/flashoverlap run --workload mlp --tp 2 --batch 1 --seq 1024 --transport nccl \
+    --world 2 --rank $r --nccl-id-file "$R/nccl-id2" --strategy flash --warmup 0 --repeats 1 \
+    --watchdog-s 30 > "$R/mp-dup-$r.txt" 2>&1 &
+done
+wait; tail -3 "$R"/mp-dup-*.txt
 echo "== validate (calibrated profile)"
 $B/flashoverlap validate "$R"/emu-* --hardware "$HW" --out "$R/validate.json" --force | tail -3
 tar czf "${OUT:-/tmp/out}/all.tar.gz" -C "${OUT:-/tmp/out}" r

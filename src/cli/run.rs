@@ -2,7 +2,7 @@
 //! write measured timelines (and the predicted ones of the same plans) in one schema.
 
 use super::{CliError, simulate};
-use crate::exec::gpu::{self, GpuOptions, Transport};
+use crate::exec::gpu::{self, GpuOptions, ProcessRank, Transport};
 use crate::exec::sim::{self, SimOptions};
 use crate::io::write_atomic;
 use crate::plan::{Plan, StandIn, emulate_rank};
@@ -54,6 +54,98 @@ pub struct Args {
     /// waited (0: no watchdog).
     #[arg(long, default_value_t = 60.0)]
     pub watchdog_s: f64,
+    /// Multi-process mode (with `--transport nccl`): this process runs rank `--rank` of
+    /// `--world` (the plan's rank count) on local GPU `--local-device`; every process is
+    /// started with the same arguments but its rank. Rank 0 writes the outputs.
+    #[arg(long, requires = "rank")]
+    pub world: Option<u32>,
+    #[arg(long, requires = "world")]
+    pub rank: Option<u32>,
+    #[arg(long, default_value_t = 0)]
+    pub local_device: u32,
+    /// Where rank 0 writes the NCCL unique id and the others read it (a path every
+    /// process sees, fresh for each job). Not needed when NCCL_COMM_ID=host:port is set.
+    #[arg(long)]
+    pub nccl_id_file: Option<std::path::PathBuf>,
+}
+
+/// The NCCL unique id as text: 256 hex digits and a newline.
+pub fn id_to_text(id: &[u8; 128]) -> String {
+    let mut s: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    s.push('\n');
+    s
+}
+
+pub fn id_from_text(s: &str) -> Option<[u8; 128]> {
+    let t = s.trim();
+    if t.len() != 256 || !t.is_ascii() {
+        return None;
+    }
+    let mut id = [0u8; 128];
+    for (i, b) in id.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&t[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(id)
+}
+
+/// Wait up to `secs` for `path` to hold a complete id (rank 0 writes it atomically).
+pub fn wait_for_id(path: &std::path::Path, secs: f64) -> Result<[u8; 128], CliError> {
+    let start = std::time::Instant::now();
+    loop {
+        if let Ok(s) = std::fs::read_to_string(path) {
+            return id_from_text(&s).ok_or_else(|| {
+                CliError::input(format!(
+                    "{}: not an NCCL unique id (256 hex digits)",
+                    path.display()
+                ))
+            });
+        }
+        if start.elapsed().as_secs_f64() > secs {
+            return Err(CliError::run(format!(
+                "{}: no NCCL unique id after {secs} s (is rank 0 running?)",
+                path.display()
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+fn process_rank(a: &Args) -> Result<Option<ProcessRank>, CliError> {
+    let (Some(world), Some(rank)) = (a.world, a.rank) else {
+        return Ok(None);
+    };
+    if rank >= world {
+        return Err(CliError::input(format!(
+            "--rank {rank} is not below --world {world}"
+        )));
+    }
+    let id = if std::env::var_os("NCCL_COMM_ID").is_some() {
+        gpu::nccl_unique_id().map_err(CliError::run)?
+    } else {
+        let path = a.nccl_id_file.as_ref().ok_or_else(|| {
+            CliError::input(
+                "multi-process mode needs --nccl-id-file PATH or NCCL_COMM_ID=host:port",
+            )
+        })?;
+        if rank == 0 {
+            let id = gpu::nccl_unique_id().map_err(CliError::run)?;
+            write_atomic(path, id_to_text(&id).as_bytes(), true).map_err(CliError::output)?;
+            id
+        } else {
+            let wait = if a.watchdog_s > 0.0 {
+                a.watchdog_s
+            } else {
+                600.0
+            };
+            wait_for_id(path, wait)?
+        }
+    };
+    Ok(Some(ProcessRank {
+        rank,
+        world,
+        device: a.local_device,
+        id,
+    }))
 }
 
 /// What a run executed, so `validate` can predict it again (with another profile).
@@ -171,8 +263,21 @@ pub fn run(a: Args) -> Result<(), CliError> {
             ))
         })?,
         watchdog: (a.watchdog_s > 0.0).then_some(a.watchdog_s),
+        process: process_rank(&a)?,
     };
+    if opts.process.is_some() && emulate.is_some() {
+        return Err(CliError::input(
+            "--emulate-rank runs one rank in one process; it does not combine with --world",
+        ));
+    }
     let results = measure(&sc, emulate, &opts)?;
+    if let Some(pr) = opts.process.filter(|p| p.rank != 0) {
+        eprintln!(
+            "rank {} of {}: done (rank 0 writes the results)",
+            pr.rank, pr.world
+        );
+        return Ok(());
+    }
     let mut table = String::new();
     let _ = writeln!(
         table,
@@ -283,4 +388,32 @@ pub fn run(a: Args) -> Result<(), CliError> {
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unique_ids_round_trip_and_bad_text_is_refused() {
+        let mut id = [0u8; 128];
+        for (i, b) in id.iter_mut().enumerate() {
+            *b = (i * 37 % 256) as u8;
+        }
+        assert_eq!(id_from_text(&id_to_text(&id)), Some(id));
+        assert_eq!(id_from_text("abc"), None);
+        assert_eq!(id_from_text(&"zz".repeat(128)), None);
+    }
+
+    #[test]
+    fn waiting_for_an_id_reads_it_or_times_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("id");
+        let e = wait_for_id(&p, 0.1).unwrap_err().error.to_string();
+        assert!(e.contains("no NCCL unique id"), "{e}");
+        std::fs::write(&p, id_to_text(&[7u8; 128])).unwrap();
+        assert_eq!(wait_for_id(&p, 0.1).unwrap(), [7u8; 128]);
+        std::fs::write(&p, "garbage").unwrap();
+        assert!(wait_for_id(&p, 0.1).is_err());
+    }
 }

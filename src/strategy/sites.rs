@@ -248,13 +248,8 @@ pub fn ag_gemm(
                 let at = |r: u64, blk: u64| Region::rows(x[r as usize], blk * shard + i * p, p);
                 let gathered = ring(b, st, site, piece, false, &none, &at)?;
                 for (r, &g) in gathered.iter().enumerate().take(n as usize) {
-                    out.ready[r][i as usize] = Some(gemm_op(
-                        b,
-                        r,
-                        i as usize,
-                        &deps(g),
-                        tag(site, i, i),
-                    )?);
+                    out.ready[r][i as usize] =
+                        Some(gemm_op(b, r, i as usize, &deps(g), tag(site, i, i))?);
                 }
             }
         }

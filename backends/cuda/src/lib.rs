@@ -173,6 +173,28 @@ fn nccl_err(call: &'static str, e: nc::NcclError) -> CudaError {
     CudaError::Nccl { call, msg }
 }
 
+/// This process runs one NCCL rank of a program that spans several processes (and, with
+/// NCCL's bootstrap, several nodes): only the steps, buffers and streams of device
+/// `rank` (the program's device ordinal = NCCL rank), placed on local GPU `device`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Local {
+    pub rank: u32,
+    pub world: u32,
+    /// Local GPU ordinal this rank uses.
+    pub device: u32,
+    /// The communicator's unique id (from [`nccl_unique_id`] on one process, shared with
+    /// the others out of band).
+    pub id: [u8; 128],
+}
+
+/// A fresh NCCL unique id (with `NCCL_COMM_ID=host:port` set, NCCL derives it from that
+/// address, so every process gets the same one).
+pub fn nccl_unique_id() -> Result<[u8; 128]> {
+    probe_nccl()?;
+    let id = nc::get_uniqueid().map_err(|e| nccl_err("ncclGetUniqueId", e))?;
+    Ok(id.internal.map(|c| c as u8))
+}
+
 struct Dev {
     ctx: drv::CUcontext,
     module: drv::CUmodule,
@@ -212,6 +234,9 @@ pub struct Loaded {
     /// Set when the watchdog fired: GPU work may still be running, so nothing is
     /// synchronised or freed again.
     stopped: Cell<bool>,
+    local: Option<Local>,
+    /// One element for the start barrier of a multi-process run.
+    barrier: drv::CUdeviceptr,
 }
 
 const POISON: u16 = 0x7fc0;
@@ -219,13 +244,78 @@ const POISON: u16 = 0x7fc0;
 impl Loaded {
     /// Check the program, compile the kernels, allocate and set up everything.
     pub fn new(program: Program) -> Result<Loaded> {
+        Loaded::build(program, None)
+    }
+
+    /// One rank of a multi-process program (see [`Local`]): joins the communicator with
+    /// `ncclCommInitRank`, which blocks until every rank has joined.
+    pub fn new_local(program: Program, local: Local) -> Result<Loaded> {
+        if program.nccl.len() != local.world as usize || local.rank >= local.world {
+            return Err(CudaError::Program(format!(
+                "rank {} of {}: the program has {} NCCL ranks",
+                local.rank,
+                local.world,
+                program.nccl.len()
+            )));
+        }
+        if program.nccl.iter().enumerate().any(|(r, &d)| d != r as u32) {
+            return Err(CudaError::Program(
+                "a multi-process program must put NCCL rank r on device r".into(),
+            ));
+        }
+        // Events cannot cross processes: every wait of this rank must be on an event
+        // this rank records.
+        let mut recorded = vec![false; program.events as usize];
+        for (i, st) in program.steps.iter().enumerate() {
+            let dev = |s: u32| program.streams.get(s as usize).copied();
+            match *st {
+                Step::Record { stream, event } if dev(stream) == Some(local.rank) => {
+                    if let Some(r) = recorded.get_mut(event as usize) {
+                        *r = true;
+                    }
+                }
+                Step::Wait { stream, event }
+                    if dev(stream) == Some(local.rank)
+                        && !recorded.get(event as usize).copied().unwrap_or(false) =>
+                {
+                    return Err(CudaError::Program(format!(
+                        "step {i}: rank {} waits for event {event}, which it never recorded \
+                         (events cannot cross processes)",
+                        local.rank
+                    )));
+                }
+                _ => {}
+            }
+        }
+        Loaded::build(program, Some(local))
+    }
+
+    /// Whether the program's device `d` is run by this process.
+    fn is_local(&self, d: u32) -> bool {
+        self.local.is_none_or(|l| l.rank == d)
+    }
+
+    fn comm(&self, rank: u32) -> ncs::ncclComm_t {
+        if self.local.is_some() {
+            self.comms[0]
+        } else {
+            self.comms[rank as usize]
+        }
+    }
+
+    fn build(program: Program, local: Option<Local>) -> Result<Loaded> {
         let infos = probe()?;
         let need = program.devices();
-        if need as usize > infos.len() {
-            return Err(CudaError::TooFewGpus {
-                need,
-                have: infos.len() as u32,
-            });
+        let have = infos.len() as u32;
+        match local {
+            Some(l) if l.device >= have => {
+                return Err(CudaError::TooFewGpus {
+                    need: l.device + 1,
+                    have,
+                });
+            }
+            None if need > have => return Err(CudaError::TooFewGpus { need, have }),
+            _ => {}
         }
         check(&program)?;
         let ptx =
@@ -244,12 +334,17 @@ impl Loaded {
             comms: Vec::new(),
             watchdog: None,
             stopped: Cell::new(false),
+            local,
+            barrier: 0,
         };
+        // A multi-process rank maps every program device onto its one local GPU (only its
+        // own device's steps run).
+        let phys = |d: u32| local.map_or(d, |l| l.device);
         for d in 0..need.max(1) {
             // SAFETY: plain driver calls on a device that exists; handles are kept in
             // `l` and released in Drop.
             unsafe {
-                let dev = cu::device::get(d as i32).map_err(drv_err("cuDeviceGet"))?;
+                let dev = cu::device::get(phys(d) as i32).map_err(drv_err("cuDeviceGet"))?;
                 let ctx =
                     cu::primary_ctx::retain(dev).map_err(drv_err("cuDevicePrimaryCtxRetain"))?;
                 cu::ctx::set_current(ctx).map_err(drv_err("cuCtxSetCurrent"))?;
@@ -269,12 +364,16 @@ impl Loaded {
                     f_act: f("act_u16")?,
                     f_act8: f("act_v8")?,
                     f_sleep: f("sleep_ns")?,
-                    sms: infos[d as usize].sm_count,
+                    sms: infos[phys(d) as usize].sm_count,
                 });
                 l.t0.push(event()?);
             }
         }
         for b in &l.program.buffers {
+            if !l.is_local(b.device) {
+                l.bufs.push(0);
+                continue;
+            }
             l.bind(b.device)?;
             let bytes = (b.elems.max(1) * 2) as usize;
             // SAFETY: a plain allocation, freed in Drop.
@@ -285,11 +384,16 @@ impl Loaded {
             l.bufs.push(p);
         }
         for i in 0..l.program.streams.len() {
+            l.handles.push(None);
+            if !l.is_local(l.program.streams[i]) {
+                l.streams.push(std::ptr::null_mut());
+                l.fences.push(std::ptr::null_mut());
+                continue;
+            }
             l.bind(l.program.streams[i])?;
             let s = cu::stream::create(cu::stream::StreamKind::NonBlocking)
                 .map_err(drv_err("cuStreamCreate"))?;
             l.streams.push(s);
-            l.handles.push(None);
             l.fences.push(event()?);
         }
         for step in &l.program.steps {
@@ -299,7 +403,7 @@ impl Loaded {
             } = *step
             {
                 let s = stream as usize;
-                if l.handles[s].is_none() {
+                if l.handles[s].is_none() && l.is_local(l.program.streams[s]) {
                     l.bind(l.program.streams[s])?;
                     let mut h = std::ptr::null_mut();
                     // SAFETY: out-pointer to a handle, destroyed in Drop.
@@ -317,7 +421,21 @@ impl Loaded {
         for _ in 0..l.program.spans {
             l.marks.push((event()?, event()?));
         }
-        if !l.program.nccl.is_empty() {
+        if let Some(lc) = local {
+            probe_nccl()?;
+            l.bind(lc.rank)?;
+            // SAFETY: an 8-byte allocation, freed in Drop.
+            l.barrier = unsafe { cu::malloc_sync(8) }.map_err(drv_err("cuMemAlloc"))?;
+            let mut id = ncs::ncclUniqueId { internal: [0; 128] };
+            for (d, s) in id.internal.iter_mut().zip(lc.id) {
+                *d = s as _;
+            }
+            let mut comm = std::ptr::null_mut();
+            // SAFETY: out-pointer to one communicator, destroyed or aborted in Drop.
+            unsafe { nc::comm_init_rank(&mut comm, lc.world as i32, id, lc.rank as i32) }
+                .map_err(|e| nccl_err("ncclCommInitRank", e))?;
+            l.comms = vec![comm];
+        } else if !l.program.nccl.is_empty() {
             probe_nccl()?;
             let devs: Vec<i32> = l.program.nccl.iter().map(|&d| d as i32).collect();
             let mut comms = vec![std::ptr::null_mut(); devs.len()];
@@ -368,6 +486,9 @@ impl Loaded {
     /// Fill every buffer as its `Init` says (poison, random data), then synchronise.
     pub fn initialise(&self) -> Result<()> {
         for (i, b) in self.program.buffers.iter().enumerate() {
+            if !self.is_local(b.device) {
+                continue;
+            }
             self.bind(b.device)?;
             let s = std::ptr::null_mut();
             let mut p = self.bufs[i];
@@ -413,6 +534,9 @@ impl Loaded {
 
     fn sync(&self) -> Result<()> {
         for d in 0..self.devs.len() {
+            if !self.is_local(d as u32) {
+                continue;
+            }
             self.bind(d as u32)?;
             cu::ctx::synchronize().map_err(drv_err("cuCtxSynchronize"))?;
         }
@@ -425,10 +549,31 @@ impl Loaded {
             return Err(CudaError::Stopped);
         }
         // Every stream waits for its device's start event, so nothing runs before t0.
+        // Ranks in other processes start together behind a one-element all-reduce.
         for (d, &t0) in self.t0.iter().enumerate() {
+            if !self.is_local(d as u32) {
+                continue;
+            }
             self.bind(d as u32)?;
             let first = self.program.streams.iter().position(|&x| x as usize == d);
             let Some(first) = first else { continue };
+            if self.local.is_some() {
+                // SAFETY: the barrier element and the communicator live as long as self.
+                unsafe {
+                    nc::all_reduce(
+                        self.barrier as *const c_void,
+                        self.barrier as *mut c_void,
+                        1,
+                        ncs::ncclDataType_t::ncclFloat32,
+                        ncs::ncclRedOp_t::ncclSum,
+                        self.comms[0],
+                        self.streams[first] as ncs::cudaStream_t,
+                    )
+                }
+                .map_err(|e| nccl_err("ncclAllReduce", e))?;
+            }
+            // SAFETY (here and in the steps below): events, streams and contexts were
+            // made in `new` and live as long as `self`.
             unsafe { cu::event::record(t0, self.streams[first]) }
                 .map_err(drv_err("cuEventRecord"))?;
             for (s, &sd) in self.program.streams.iter().enumerate() {
@@ -444,8 +589,14 @@ impl Loaded {
                 }
             }
         }
+        let here = |stream: u32| self.is_local(self.program.streams[stream as usize]);
         for step in &self.program.steps {
             match *step {
+                Step::Record { stream, .. }
+                | Step::Wait { stream, .. }
+                | Step::Mark { stream, .. }
+                | Step::Launch { stream, .. }
+                    if !here(stream) => {}
                 Step::Record { stream, event } => {
                     self.bind(self.program.streams[stream as usize])?;
                     unsafe {
@@ -492,6 +643,10 @@ impl Loaded {
         let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
         let span_dev = self.span_devices();
         for (i, &(a, b)) in self.marks.iter().enumerate() {
+            if !self.is_local(span_dev[i]) {
+                spans.push((f64::NAN, f64::NAN));
+                continue;
+            }
             let t0 = self.t0[span_dev[i] as usize];
             let s = unsafe { cu::event::elapsed(t0, a) }.map_err(drv_err("cuEventElapsedTime"))?
                 as f64
@@ -507,6 +662,87 @@ impl Loaded {
             spans,
             wall: if hi >= lo { hi - lo } else { 0.0 },
         })
+    }
+
+    /// In a multi-process run, bring every rank's spans to rank 0 (over NCCL); each span
+    /// comes from the rank whose stream it is on. Other ranks get their own spans back.
+    /// In one process this is `m.spans` as it is.
+    pub fn gather(&self, m: &Measured) -> Result<Vec<(f64, f64)>> {
+        let Some(lc) = self.local else {
+            return Ok(m.spans.clone());
+        };
+        let n = m.spans.len();
+        let host: Vec<f64> = m.spans.iter().flat_map(|&(a, b)| [a, b]).collect();
+        if n == 0 || lc.world == 1 {
+            return Ok(m.spans.clone());
+        }
+        self.bind(lc.rank)?;
+        let bytes = 16 * n;
+        let s = self.streams[self
+            .program
+            .streams
+            .iter()
+            .position(|&d| d == lc.rank)
+            .ok_or_else(|| CudaError::Program(format!("rank {} has no stream", lc.rank)))?];
+        let f64t = ncs::ncclDataType_t::ncclFloat64;
+        // SAFETY: device buffers of `bytes` each, freed below after a synchronise; host
+        // slices of 2n f64s.
+        unsafe {
+            let nbuf = if lc.rank == 0 { lc.world as usize } else { 1 };
+            let mut bufs = Vec::with_capacity(nbuf);
+            for _ in 0..nbuf {
+                bufs.push(cu::malloc_sync(bytes).map_err(drv_err("cuMemAlloc"))?);
+            }
+            cu::memcpy_htod_sync(bufs[0], &host).map_err(drv_err("cuMemcpyHtoD"))?;
+            nc::group_start().map_err(|e| nccl_err("ncclGroupStart", e))?;
+            let mut r = Ok(());
+            if lc.rank == 0 {
+                for (peer, &b) in bufs.iter().enumerate().skip(1) {
+                    r = r.and(
+                        nc::recv(
+                            b as *mut c_void,
+                            2 * n,
+                            f64t,
+                            peer as i32,
+                            self.comms[0],
+                            s as _,
+                        )
+                        .map(|_| ())
+                        .map_err(|e| nccl_err("ncclRecv", e)),
+                    );
+                }
+            } else {
+                r = nc::send(
+                    bufs[0] as *const c_void,
+                    2 * n,
+                    f64t,
+                    0,
+                    self.comms[0],
+                    s as _,
+                )
+                .map(|_| ())
+                .map_err(|e| nccl_err("ncclSend", e));
+            }
+            let ended = nc::group_end().map_err(|e| nccl_err("ncclGroupEnd", e));
+            r.and(ended.map(|_| ()))?;
+            self.finish()?;
+            let mut out = m.spans.clone();
+            if lc.rank == 0 {
+                let mut v = vec![0f64; 2 * n];
+                for &b in bufs.iter().skip(1) {
+                    cu::memcpy_dtoh_sync(&mut v, b).map_err(drv_err("cuMemcpyDtoH"))?;
+                    for (i, o) in out.iter_mut().enumerate() {
+                        if o.0.is_nan() && !v[2 * i].is_nan() {
+                            *o = (v[2 * i], v[2 * i + 1]);
+                        }
+                    }
+                }
+            }
+            for b in bufs {
+                let _ = cu::free_sync(b);
+            }
+            Ok(out)
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -525,24 +761,33 @@ impl Loaded {
         // SAFETY: the regions were bounds-checked by `check`; the communicators and
         // streams live as long as `self`. The group is always closed.
         let issued = unsafe {
-            nc::send(
-                self.ptr(src) as *const c_void,
-                elems as usize,
-                bf16,
-                to as i32,
-                self.comms[from as usize],
-                self.streams[send_stream as usize] as ncs::cudaStream_t,
-            )
-            .map_err(|e| nccl_err("ncclSend", e))
-            .and_then(|_| {
+            let sent = if self.is_local(from) {
+                nc::send(
+                    self.ptr(src) as *const c_void,
+                    elems as usize,
+                    bf16,
+                    to as i32,
+                    self.comm(from),
+                    self.streams[send_stream as usize] as ncs::cudaStream_t,
+                )
+                .map(|_| ())
+                .map_err(|e| nccl_err("ncclSend", e))
+            } else {
+                Ok(())
+            };
+            sent.and_then(|_| {
+                if !self.is_local(to) {
+                    return Ok(());
+                }
                 nc::recv(
                     self.ptr(dst) as *mut c_void,
                     elems as usize,
                     bf16,
                     from as i32,
-                    self.comms[to as usize],
+                    self.comm(to),
                     self.streams[recv_stream as usize] as ncs::cudaStream_t,
                 )
+                .map(|_| ())
                 .map_err(|e| nccl_err("ncclRecv", e))
             })
         };
@@ -557,6 +802,9 @@ impl Loaded {
             return self.sync();
         };
         for (i, &f) in self.fences.iter().enumerate() {
+            if f.is_null() {
+                continue;
+            }
             self.bind(self.program.streams[i])?;
             // SAFETY: event and stream made in `new`.
             unsafe { cu::event::record(f, self.streams[i]) }.map_err(drv_err("cuEventRecord"))?;
@@ -565,7 +813,7 @@ impl Loaded {
         let mut pause = Duration::from_micros(20);
         loop {
             let mut all = true;
-            for &f in &self.fences {
+            for &f in self.fences.iter().filter(|f| !f.is_null()) {
                 if !self.done(f)? {
                     all = false;
                     break;
@@ -599,7 +847,11 @@ impl Loaded {
         let streams = self.span_streams();
         let mut running = None;
         let mut first_unstarted = None;
+        let span_dev = self.span_devices();
         for (i, &(a, b)) in self.marks.iter().enumerate() {
+            if !self.is_local(span_dev[i]) {
+                continue;
+            }
             let started = self.done(a).unwrap_or(false);
             let ended = self.done(b).unwrap_or(false);
             if started && !ended && running.is_none() {
@@ -830,6 +1082,11 @@ impl Loaded {
                 "read past the end of buffer {buf}"
             )));
         }
+        if !self.is_local(b.device) {
+            return Err(CudaError::Program(format!(
+                "buffer {buf} belongs to another process's rank"
+            )));
+        }
         self.bind(b.device)?;
         let mut host = vec![0u16; len as usize];
         // SAFETY: the range is inside the allocation; the host slice has `len` elements.
@@ -864,7 +1121,13 @@ impl Drop for Loaded {
             for h in self.handles.iter().flatten() {
                 cublas::cublasDestroy_v2(*h);
             }
-            for e in self.events.iter().chain(&self.t0).chain(&self.fences) {
+            for e in self
+                .events
+                .iter()
+                .chain(&self.t0)
+                .chain(&self.fences)
+                .filter(|e| !e.is_null())
+            {
                 let _ = cu::event::destroy(*e);
             }
             for (a, b) in &self.marks {
@@ -872,12 +1135,24 @@ impl Drop for Loaded {
                 let _ = cu::event::destroy(*b);
             }
             for (i, s) in self.streams.iter().enumerate() {
+                if s.is_null() {
+                    continue;
+                }
                 let _ = self.bind(self.program.streams[i]);
                 let _ = cu::stream::destroy(*s);
             }
             for (i, p) in self.bufs.iter().enumerate() {
+                if *p == 0 {
+                    continue;
+                }
                 let _ = self.bind(self.program.buffers[i].device);
                 let _ = cu::free_sync(*p);
+            }
+            if self.barrier != 0 {
+                if let Some(l) = self.local {
+                    let _ = self.bind(l.rank);
+                }
+                let _ = cu::free_sync(self.barrier);
             }
             for d in &self.devs {
                 let _ = cu::ctx::set_current(d.ctx);

@@ -305,6 +305,12 @@ pub(super) fn lower(plan: &Plan, devices: u32, transport: Transport) -> Result<L
                             dst: if accumulate { st } else { ptr(plan, dst) },
                             elems: bytes / 2,
                         });
+                        // The send's event now marks its completion on the sender's side
+                        // (no event crosses ranks, so ranks may live in other processes).
+                        p.steps.push(fc::Step::Record {
+                            stream: sstream,
+                            event: op_ev(send),
+                        });
                         if accumulate {
                             let d = span2(plan, dst);
                             p.steps.push(fc::Step::Launch {
@@ -375,7 +381,7 @@ pub(super) fn lower(plan: &Plan, devices: u32, transport: Transport) -> Result<L
                     if let OpKind::Send { .. } = plan.ops[op as usize].kind {
                         p.steps.push(fc::Step::Wait {
                             stream,
-                            event: op_ev(plan.partner(op)),
+                            event: op_ev(if nccl { op } else { plan.partner(op) }),
                         });
                     }
                 }
@@ -401,6 +407,16 @@ pub(super) fn lower(plan: &Plan, devices: u32, transport: Transport) -> Result<L
         program: p,
         op_span,
     })
+}
+
+/// From the first start to the last end over the spans that were measured.
+fn wall(spans: &[(f64, f64)]) -> f64 {
+    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+    for &(s, e) in spans.iter().filter(|s| !s.0.is_nan()) {
+        lo = lo.min(s);
+        hi = hi.max(e);
+    }
+    if hi >= lo { hi - lo } else { 0.0 }
 }
 
 /// A watchdog report in the plan's terms: which op (label, rank, stream) waited.
@@ -457,14 +473,38 @@ pub(super) fn op_times(plan: &Plan, low: &Lowered, m: &fc::Measured) -> Vec<(f64
 pub(super) fn run(plan: &Plan, opts: &GpuOptions) -> Result<GpuRun, GpuError> {
     let infos = fc::probe().map_err(cuda)?;
     let visible = infos.len() as u32;
-    let ndev = opts.devices.unwrap_or(visible).min(plan.ranks).max(1);
-    if ndev > visible {
+    let ndev = match opts.process {
+        Some(pr) => {
+            if pr.world != plan.ranks || opts.transport != Transport::Nccl {
+                return Err(GpuError::Cuda(format!(
+                    "a multi-process run needs --transport nccl and a world of the plan's \
+                     {} ranks (got {})",
+                    plan.ranks, pr.world
+                )));
+            }
+            plan.ranks
+        }
+        None => opts.devices.unwrap_or(visible).min(plan.ranks).max(1),
+    };
+    if opts.process.is_none() && ndev > visible {
         return Err(GpuError::Cuda(format!(
             "{ndev} GPUs asked for, {visible} visible"
         )));
     }
     let low = lower(plan, ndev, opts.transport)?;
-    let mut loaded = fc::Loaded::new(low.program.clone()).map_err(cuda)?;
+    let mut loaded = match opts.process {
+        Some(pr) => fc::Loaded::new_local(
+            low.program.clone(),
+            fc::Local {
+                rank: pr.rank,
+                world: pr.world,
+                device: pr.device,
+                id: pr.id,
+            },
+        ),
+        None => fc::Loaded::new(low.program.clone()),
+    }
+    .map_err(cuda)?;
     loaded.set_watchdog(
         opts.watchdog
             .filter(|s| s.is_finite() && *s > 0.0)
@@ -474,7 +514,13 @@ pub(super) fn run(plan: &Plan, opts: &GpuOptions) -> Result<GpuRun, GpuError> {
     loaded.initialise().map_err(cuda)?;
     loaded.run().map_err(hung)?;
     let rel_error = match opts.check {
-        Some(w) => Some(super::reference::check(plan, w, &loaded, ndev)?),
+        Some(w) => Some(super::reference::check(
+            plan,
+            w,
+            &loaded,
+            opts.process.map_or(0, |p| p.device),
+            opts.process.map(|p| p.rank),
+        )?),
         None => None,
     };
     for _ in 0..opts.warmup {
@@ -482,7 +528,12 @@ pub(super) fn run(plan: &Plan, opts: &GpuOptions) -> Result<GpuRun, GpuError> {
     }
     let mut runs = Vec::with_capacity(opts.repeats as usize);
     for _ in 0..opts.repeats {
-        runs.push(loaded.run().map_err(hung)?);
+        let mut m = loaded.run().map_err(hung)?;
+        if opts.process.is_some() {
+            m.spans = loaded.gather(&m).map_err(cuda)?;
+            m.wall = wall(&m.spans);
+        }
+        runs.push(m);
     }
     let makespans: Vec<f64> = runs.iter().map(|m| m.wall).collect();
     let mut order: Vec<usize> = (0..runs.len()).collect();
@@ -497,15 +548,20 @@ pub(super) fn run(plan: &Plan, opts: &GpuOptions) -> Result<GpuRun, GpuError> {
             t.1 -= t0;
         }
     }
-    Ok(GpuRun {
-        times,
-        makespans,
-        rel_error,
-        devices: infos
+    let devices = match opts.process {
+        // One GPU per rank, across processes.
+        Some(pr) => vec![infos[pr.device as usize].name.clone(); plan.ranks as usize],
+        None => infos
             .iter()
             .take(ndev as usize)
             .map(|d| d.name.clone())
             .collect(),
+    };
+    Ok(GpuRun {
+        times,
+        makespans,
+        rel_error,
+        devices,
     })
 }
 

@@ -47,6 +47,30 @@ pub enum GpuError {
     Hung { secs: f64, what: String },
 }
 
+/// This process's place in a multi-process run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessRank {
+    pub rank: u32,
+    pub world: u32,
+    /// Local GPU ordinal.
+    pub device: u32,
+    /// NCCL unique id, the same in every process (see [`nccl_unique_id`]).
+    pub id: [u8; 128],
+}
+
+/// A fresh NCCL unique id for a multi-process run (with `NCCL_COMM_ID=host:port` set,
+/// NCCL derives it from that address, so every process can make its own).
+pub fn nccl_unique_id() -> Result<[u8; 128], GpuError> {
+    #[cfg(feature = "cuda")]
+    {
+        flashoverlap_cuda::nccl_unique_id().map_err(|e| GpuError::Cuda(e.to_string()))
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        Err(GpuError::NotCompiled)
+    }
+}
+
 /// How a transfer moves between ranks on the GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Transport {
@@ -85,6 +109,9 @@ pub struct GpuOptions {
     /// Compare every rank's result with the reference (needs `workload`).
     pub check: Option<Workload>,
     pub transport: Transport,
+    /// Run one rank of the plan in this process (multi-process mode, NCCL transport):
+    /// the other ranks run in other processes (or nodes) with the same plan.
+    pub process: Option<ProcessRank>,
     /// Abort a run that has not finished after this many seconds, naming the op that
     /// waited; `None`: wait forever.
     pub watchdog: Option<f64>,
@@ -98,6 +125,7 @@ impl Default for GpuOptions {
             repeats: 5,
             check: None,
             transport: Transport::CopyEngine,
+            process: None,
             watchdog: Some(60.0),
         }
     }
@@ -112,7 +140,7 @@ pub struct GpuRun {
     /// Makespan of every timed repetition, seconds, in order.
     pub makespans: Vec<f64>,
     /// Worst relative Frobenius error of a rank's result against the reference, when
-    /// checked.
+    /// checked (in a multi-process run, this process's rank only).
     pub rel_error: Option<f64>,
     pub devices: Vec<String>,
 }

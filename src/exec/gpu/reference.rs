@@ -27,12 +27,13 @@ fn find(plan: &Plan, name: &str, rank: u32) -> Result<(u64, u64), GpuError> {
 
 struct Builder {
     p: fc::Program,
+    device: u32,
 }
 
 impl Builder {
     fn buf(&mut self, elems: u64, key: Option<u64>) -> u32 {
         self.p.buffers.push(fc::Buffer {
-            device: 0,
+            device: self.device,
             elems,
             init: match key {
                 Some(key) => fc::Init::Random {
@@ -86,7 +87,8 @@ pub(super) fn check(
     plan: &Plan,
     workload: Workload,
     run: &fc::Loaded,
-    _devices: u32,
+    device: u32,
+    only: Option<u32>,
 ) -> Result<f64, GpuError> {
     let n = plan.ranks;
     let func = plan.io.iter().find_map(|io| match io {
@@ -95,9 +97,10 @@ pub(super) fn check(
     });
     let mut b = Builder {
         p: fc::Program {
-            streams: vec![0],
+            streams: vec![device],
             ..Default::default()
         },
+        device,
     };
     // Per rank, the buffer holding that rank's contribution (full rows).
     let mut parts = Vec::new();
@@ -183,6 +186,9 @@ pub(super) fn check(
     reference.run().map_err(cuda)?;
     let mut worst = 0.0f64;
     for (r, &part) in parts.iter().enumerate().take(n as usize) {
+        if only.is_some_and(|o| o as usize != r) {
+            continue;
+        }
         let out = plan.outputs.get(r).ok_or(GpuError::NoDataflow)?;
         let cols = plan.buffers[out.buf as usize].cols;
         if cols != width {

@@ -131,6 +131,14 @@ pub fn main() -> ExitCode {
 mod tests {
     use super::*;
 
+    /// clap's own consistency checks of every subcommand (unique ids and groups, valid
+    /// `requires`), which otherwise fire only when a debug build parses that command.
+    #[test]
+    fn cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
     #[test]
     fn counts() {
         assert_eq!(parse_count("4k"), Ok(4096));

@@ -19,6 +19,7 @@ pub enum Backend {
 }
 
 #[derive(Debug, clap::Args)]
+#[group(skip)]
 pub struct Args {
     #[command(flatten)]
     pub sim: simulate::Args,
@@ -156,6 +157,14 @@ pub struct RunFile {
     pub stand_in: Option<String>,
     #[serde(default = "copy_transport")]
     pub transport: String,
+    /// Whether every rank had a GPU of its own (else the measured times serialize what
+    /// the prediction runs in parallel, and `validate` skips the run).
+    #[serde(default = "yes")]
+    pub comparable: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn copy_transport() -> String {
@@ -340,6 +349,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
             emulate_rank: a.emulate_rank,
             stand_in: emulate.map(|e| e.1.name().to_string()),
             transport: opts.transport.name().to_string(),
+            comparable: results.iter().all(|m| m.comparable),
         })
         .expect("run file serializes");
         run_json.push('\n');

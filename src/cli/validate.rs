@@ -61,6 +61,14 @@ pub fn compare_dir(dir: &Path, hardware: Option<&str>) -> Result<Vec<Comparison>
         |n| n.to_string_lossy().into_owned(),
     );
     let mut out = Vec::new();
+    if !rf.comparable {
+        eprintln!(
+            "{}: skipped (its ranks shared GPUs, so its times are not comparable with a \
+             prediction)",
+            dir.display()
+        );
+        return Ok(out);
+    }
     let mut file = rf.scenario.clone();
     if let Some(h) = hardware {
         file.hardware = h.to_string();
@@ -83,7 +91,7 @@ pub fn compare_dir(dir: &Path, hardware: Option<&str>) -> Result<Vec<Comparison>
             r,
             StandIn::parse(s).ok_or_else(|| {
                 CliError::input(format!(
-                    "{}: stand_in `{s}` is not none or copy",
+                    "{}: stand_in `{s}` is not one of none, copy",
                     rf_path.display()
                 ))
             })?,

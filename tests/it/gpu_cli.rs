@@ -1,0 +1,261 @@
+//! The GPU-side commands on a machine without GPUs: `validate` over recorded run
+//! directories (synthesised here from the simulator's own timelines), `calibrate --from`
+//! refitting saved measurements, and the errors `run` and `calibrate` give when CUDA is
+//! not compiled in or absent.
+
+use super::cli::bin;
+use serde_json::Value;
+use std::path::Path;
+
+/// A `run --out` directory whose "measured" timelines are the predicted ones with every
+/// time multiplied by `scale`.
+fn fake_run_dir(dir: &Path, scale: f64) {
+    let sim = dir.join("sim");
+    bin()
+        .args(["simulate", "--tp", "2", "--batch", "1", "--seq", "2048"])
+        .args([
+            "--strategy",
+            "sequential,flash",
+            "--out",
+            sim.to_str().unwrap(),
+        ])
+        .assert()
+        .success();
+    let run = serde_json::json!({
+        "scenario": {
+            "version": 1, "name": "default", "description": "", "model": "default-block",
+            "hardware": "h100-sxm-8", "workload": "mlp", "batch": 1, "seq": 2048,
+            "dtype": "bf16", "parallel": {"tp": 2, "sp": true, "dp": 1, "ulysses": 1},
+            "strategies": ["sequential", "flash"]
+        },
+        "emulate_rank": null,
+        "stand_in": null
+    });
+    std::fs::write(dir.join("run.json"), run.to_string()).unwrap();
+    for s in ["sequential", "flash"] {
+        let text = std::fs::read_to_string(sim.join(format!("timeline-{s}.json"))).unwrap();
+        std::fs::write(dir.join(format!("predicted-{s}.json")), &text).unwrap();
+        let mut t: Value = serde_json::from_str(&text).unwrap();
+        t["source"] = "measured".into();
+        for sp in t["spans"].as_array_mut().unwrap() {
+            for k in ["start_us", "end_us"] {
+                let v = sp[k].as_f64().unwrap();
+                sp[k] = (v * scale).into();
+            }
+        }
+        std::fs::write(dir.join(format!("measured-{s}.json")), t.to_string()).unwrap();
+    }
+}
+
+#[test]
+fn validate_compares_recorded_runs_and_predicts_them_again() {
+    let d = tempfile::tempdir().unwrap();
+    let run = d.path().join("case-a");
+    std::fs::create_dir(&run).unwrap();
+    fake_run_dir(&run, 1.25);
+    let r = run.to_str().unwrap();
+    let json = |extra: &[&str]| -> Value {
+        let out = bin()
+            .args(["validate", r, "--format", "json"])
+            .args(extra)
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        serde_json::from_slice(&out).unwrap()
+    };
+    // Saved predictions: every time is 1/1.25 of the measured one, so -20% everywhere.
+    let v = json(&[]);
+    let cases = v["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 2);
+    for c in cases {
+        let e = c["makespan_error_pct"].as_f64().unwrap();
+        assert!((e + 20.0).abs() < 1e-6, "{c}");
+    }
+    // Predicting again with the same profile gives the same numbers.
+    let again = json(&["--hardware", "h100-sxm-8"]);
+    for (a, b) in cases.iter().zip(again["cases"].as_array().unwrap()) {
+        let (x, y) = (&a["makespan_error_pct"], &b["makespan_error_pct"]);
+        assert!((x.as_f64().unwrap() - y.as_f64().unwrap()).abs() < 1e-9);
+    }
+    // A faster profile predicts a shorter makespan: a larger negative error.
+    let h200 = json(&["--hardware", "h200-sxm-8"]);
+    let e = h200["cases"][0]["makespan_error_pct"].as_f64().unwrap();
+    assert!(e < -20.0, "{e}");
+    // The table names the case and strategy; --out writes the JSON.
+    let table = bin()
+        .args([
+            "validate",
+            r,
+            "--out",
+            d.path().join("v.json").to_str().unwrap(),
+        ])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let table = String::from_utf8(table).unwrap();
+    assert!(
+        table.contains("case-a") && table.contains("flash"),
+        "{table}"
+    );
+    assert!(d.path().join("v.json").exists());
+}
+
+#[test]
+fn validate_skips_runs_whose_ranks_shared_a_gpu_and_names_bad_dirs() {
+    let d = tempfile::tempdir().unwrap();
+    fake_run_dir(d.path(), 1.0);
+    let p = d.path().join("run.json");
+    let mut rf: Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    rf["comparable"] = false.into();
+    std::fs::write(&p, rf.to_string()).unwrap();
+    let a = bin()
+        .args(["validate", d.path().to_str().unwrap(), "--format", "json"])
+        .assert()
+        .success();
+    let out: Value = serde_json::from_slice(&a.get_output().stdout).unwrap();
+    assert_eq!(out["cases"].as_array().unwrap().len(), 0);
+    let err = String::from_utf8(a.get_output().stderr.clone()).unwrap();
+    assert!(err.contains("skipped"), "{err}");
+    let missing = d.path().join("nope");
+    let a = bin()
+        .args(["validate", missing.to_str().unwrap()])
+        .assert()
+        .code(2);
+    let err = String::from_utf8(a.get_output().stderr.clone()).unwrap();
+    assert!(err.contains("nope") && err.contains("run.json"), "{err}");
+}
+
+fn calibration_json(dir: &Path) -> std::path::PathBuf {
+    // Synthetic measurements: a GPU exactly like the model with efficiency 0.7 and
+    // k_half 256.
+    let mut gemms = Vec::new();
+    for &m in &[1024u64, 4096, 16384] {
+        for &n in &[2048u64, 8192] {
+            for &k in &[2048u64, 8192] {
+                gemms.push((m, n, k));
+            }
+        }
+    }
+    let sample = |m: u64, n: u64, k: u64| {
+        // 128×256 tiles on 132 SMs at 0.7·989.4 TFLOP/s · k/(k+256).
+        let tiles = m.div_ceil(128) * n.div_ceil(256);
+        let waves = tiles.div_ceil(132) as f64;
+        let eff = 0.7 * k as f64 / (k as f64 + 256.0);
+        waves * 2.0 * 128.0 * 256.0 * k as f64 / (989.4e12 / 132.0 * eff)
+    };
+    let rows: Vec<Value> = gemms
+        .iter()
+        .map(|&(m, n, k)| {
+            let secs = sample(m, n, k);
+            serde_json::json!({"m": m, "n": n, "k": k, "secs": secs})
+        })
+        .collect();
+    let c = serde_json::json!({
+        "device": "Test GPU", "sm_count": 132, "gemms": rows,
+        "copy_bytes_per_s": 4.0e12, "add_bytes_per_s": 3.9e12, "launch_s": 4e-6,
+        "gemm_alone_s": 1e-3, "gemm_with_copy_s": 1.01e-3,
+        "copy_alone_s": 5e-4, "copy_with_gemm_s": 1.5e-3
+    });
+    let p = dir.join("t.calibration.json");
+    std::fs::write(&p, c.to_string()).unwrap();
+    p
+}
+
+#[test]
+fn calibrate_refits_saved_measurements_into_a_profile_the_simulator_reads() {
+    let d = tempfile::tempdir().unwrap();
+    let cal = calibration_json(d.path());
+    let prof = d.path().join("t.toml");
+    let out = bin()
+        .args(["calibrate", "--from", cal.to_str().unwrap(), "--name", "t"])
+        .args(["--out", prof.to_str().unwrap()])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let out = String::from_utf8(out).unwrap();
+    assert!(out.contains("refit from"), "{out}");
+    let text = std::fs::read_to_string(&prof).unwrap();
+    assert!(
+        text.starts_with("# Measured by `flashoverlap calibrate"),
+        "{text}"
+    );
+    let toml: toml::Value = toml::from_str(&text).unwrap();
+    let g = &toml["gpu"]["gemm"];
+    // The grid search finds the generating parameters.
+    assert!(
+        (g["efficiency"].as_float().unwrap() - 0.7).abs() < 1e-9,
+        "{g}"
+    );
+    assert!(
+        (g["k_half"].as_float().unwrap() - 256.0).abs() < 1e-9,
+        "{g}"
+    );
+    assert_eq!(g["measured"].as_array().unwrap().len(), 12);
+    assert_eq!(toml["gpu"]["name"].as_str(), Some("Test GPU"));
+    // The simulator reads it like any other profile.
+    bin()
+        .args([
+            "simulate",
+            "--hardware",
+            prof.to_str().unwrap(),
+            "--tp",
+            "2",
+        ])
+        .assert()
+        .success();
+    // Refitting next to the existing files needs --force.
+    bin()
+        .args(["calibrate", "--from", cal.to_str().unwrap(), "--name", "t"])
+        .args(["--out", prof.to_str().unwrap()])
+        .assert()
+        .code(3);
+}
+
+#[test]
+fn gpu_commands_say_what_is_missing() {
+    // Without the feature: CUDA was not compiled in. With it, on a machine without a GPU
+    // or libraries: the library or GPU that is missing. Either way one clear error, no
+    // panic.
+    for args in [
+        &["run", "--tp", "2", "--batch", "1", "--seq", "1024"][..],
+        &["calibrate", "--out", "/nonexistent-dir/x.toml"][..],
+    ] {
+        let a = bin().args(args).assert().failure();
+        let err = String::from_utf8(a.get_output().stderr.clone()).unwrap();
+        let ok = err.contains("without the `cuda` feature")
+            || err.contains("was not found")
+            || err.contains("no CUDA GPU");
+        if !ok {
+            // A GPU is present (a device machine): the command may fail for other
+            // reasons (the out path), but it must not have panicked.
+            assert!(!err.contains("panicked"), "{err}");
+        }
+    }
+}
+
+#[test]
+fn run_refuses_bad_transport_and_multi_process_flags() {
+    let cases: [(&[&str], &str); 3] = [
+        (&["--transport", "smoke"], "--transport"),
+        (&["--world", "2"], "--rank"),
+        (
+            &["--stand-in", "teleport", "--emulate-rank", "0"],
+            "--stand-in",
+        ),
+    ];
+    for (extra, needle) in cases {
+        let a = bin()
+            .args(["run", "--tp", "2", "--batch", "1", "--seq", "1024"])
+            .args(extra)
+            .assert()
+            .code(2);
+        let err = String::from_utf8(a.get_output().stderr.clone()).unwrap();
+        assert!(err.contains(needle), "{extra:?}: {err}");
+    }
+}

@@ -89,17 +89,24 @@ pub fn id_from_text(s: &str) -> Option<[u8; 128]> {
     Some(id)
 }
 
-/// Wait up to `secs` for `path` to hold a complete id (rank 0 writes it atomically).
-pub fn wait_for_id(path: &std::path::Path, secs: f64) -> Result<[u8; 128], CliError> {
+/// Wait up to `secs` for `path` to hold `n` ids, one a line (rank 0 writes the file
+/// atomically).
+pub fn wait_for_ids(
+    path: &std::path::Path,
+    n: usize,
+    secs: f64,
+) -> Result<Vec<[u8; 128]>, CliError> {
     let start = std::time::Instant::now();
     loop {
         if let Ok(s) = std::fs::read_to_string(path) {
-            return id_from_text(&s).ok_or_else(|| {
-                CliError::input(format!(
-                    "{}: not an NCCL unique id (256 hex digits)",
+            let ids: Option<Vec<[u8; 128]>> = s.lines().map(id_from_text).collect();
+            return match ids {
+                Some(v) if v.len() == n => Ok(v),
+                _ => Err(CliError::input(format!(
+                    "{}: not {n} NCCL unique ids (256 hex digits a line)",
                     path.display()
-                ))
-            });
+                ))),
+            };
         }
         if start.elapsed().as_secs_f64() > secs {
             return Err(CliError::run(format!(
@@ -111,7 +118,9 @@ pub fn wait_for_id(path: &std::path::Path, secs: f64) -> Result<[u8; 128], CliEr
     }
 }
 
-fn process_rank(a: &Args) -> Result<Option<ProcessRank>, CliError> {
+/// This process's rank and one NCCL unique id per strategy (each strategy's run makes
+/// its own communicator, and an id serves one communicator).
+fn process_rank(a: &Args, n: usize) -> Result<Option<(ProcessRank, Vec<[u8; 128]>)>, CliError> {
     let (Some(world), Some(rank)) = (a.world, a.rank) else {
         return Ok(None);
     };
@@ -120,8 +129,11 @@ fn process_rank(a: &Args) -> Result<Option<ProcessRank>, CliError> {
             "--rank {rank} is not below --world {world}"
         )));
     }
-    let id = if std::env::var_os("NCCL_COMM_ID").is_some() {
-        gpu::nccl_unique_id().map_err(CliError::run)?
+    let ids = if std::env::var_os("NCCL_COMM_ID").is_some() {
+        // Derived from the address: every process makes the same ones.
+        (0..n)
+            .map(|_| gpu::nccl_unique_id().map_err(CliError::run))
+            .collect::<Result<Vec<_>, _>>()?
     } else {
         let path = a.nccl_id_file.as_ref().ok_or_else(|| {
             CliError::input(
@@ -129,24 +141,30 @@ fn process_rank(a: &Args) -> Result<Option<ProcessRank>, CliError> {
             )
         })?;
         if rank == 0 {
-            let id = gpu::nccl_unique_id().map_err(CliError::run)?;
-            write_atomic(path, id_to_text(&id).as_bytes(), true).map_err(CliError::output)?;
-            id
+            let ids = (0..n)
+                .map(|_| gpu::nccl_unique_id().map_err(CliError::run))
+                .collect::<Result<Vec<_>, _>>()?;
+            let text: String = ids.iter().map(id_to_text).collect();
+            write_atomic(path, text.as_bytes(), true).map_err(CliError::output)?;
+            ids
         } else {
             let wait = if a.watchdog_s > 0.0 {
                 a.watchdog_s
             } else {
                 600.0
             };
-            wait_for_id(path, wait)?
+            wait_for_ids(path, n, wait)?
         }
     };
-    Ok(Some(ProcessRank {
-        rank,
-        world,
-        device: a.local_device,
-        id,
-    }))
+    Ok(Some((
+        ProcessRank {
+            rank,
+            world,
+            device: a.local_device,
+            id: ids.first().copied().unwrap_or([0; 128]),
+        },
+        ids,
+    )))
 }
 
 /// What a run executed, so `validate` can predict it again (with another profile).
@@ -196,17 +214,23 @@ pub fn plan_for(
     }
 }
 
+/// Run every strategy of `sc`; in a multi-process run `ids` holds one NCCL unique id per
+/// strategy.
 pub fn measure(
     sc: &Scenario,
     emulate: Option<(u32, StandIn)>,
     opts: &GpuOptions,
+    ids: &[[u8; 128]],
 ) -> Result<Vec<Measured>, CliError> {
     let peak = sc.hardware.gpu.peak(sc.dtype).unwrap_or(0.0);
     let mut out = Vec::new();
-    for &s in &sc.strategies {
+    for (i, &s) in sc.strategies.iter().enumerate() {
         let name = s.to_string();
         let plan = plan_for(sc, s, emulate)?;
         let mut o = opts.clone();
+        if let (Some(p), Some(id)) = (o.process.as_mut(), ids.get(i)) {
+            p.id = *id;
+        }
         if emulate.is_some() {
             o.check = None;
         }
@@ -272,14 +296,22 @@ pub fn run(a: Args) -> Result<(), CliError> {
             ))
         })?,
         watchdog: (a.watchdog_s > 0.0).then_some(a.watchdog_s),
-        process: process_rank(&a)?,
+        process: None,
+    };
+    let mut opts = opts;
+    let ids = match process_rank(&a, sc.strategies.len())? {
+        Some((pr, ids)) => {
+            opts.process = Some(pr);
+            ids
+        }
+        None => Vec::new(),
     };
     if opts.process.is_some() && emulate.is_some() {
         return Err(CliError::input(
             "--emulate-rank runs one rank in one process; it does not combine with --world",
         ));
     }
-    let results = measure(&sc, emulate, &opts)?;
+    let results = measure(&sc, emulate, &opts, &ids)?;
     if let Some(pr) = opts.process.filter(|p| p.rank != 0) {
         eprintln!(
             "rank {} of {}: done (rank 0 writes the results)",
@@ -419,11 +451,18 @@ mod tests {
     fn waiting_for_an_id_reads_it_or_times_out() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("id");
-        let e = wait_for_id(&p, 0.1).unwrap_err().error.to_string();
+        let e = wait_for_ids(&p, 2, 0.1).unwrap_err().error.to_string();
         assert!(e.contains("no NCCL unique id"), "{e}");
+        let two = id_to_text(&[7u8; 128]) + &id_to_text(&[9u8; 128]);
+        std::fs::write(&p, &two).unwrap();
+        assert_eq!(
+            wait_for_ids(&p, 2, 0.1).unwrap(),
+            vec![[7u8; 128], [9u8; 128]]
+        );
+        // One id for two strategies, or garbage: refused.
         std::fs::write(&p, id_to_text(&[7u8; 128])).unwrap();
-        assert_eq!(wait_for_id(&p, 0.1).unwrap(), [7u8; 128]);
+        assert!(wait_for_ids(&p, 2, 0.1).is_err());
         std::fs::write(&p, "garbage").unwrap();
-        assert!(wait_for_id(&p, 0.1).is_err());
+        assert!(wait_for_ids(&p, 1, 0.1).is_err());
     }
 }

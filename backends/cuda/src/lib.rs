@@ -545,6 +545,25 @@ impl Loaded {
 
     /// Issue every step once and wait for the end; returns each span's times.
     pub fn run(&self) -> Result<Measured> {
+        self.run_range(0..self.program.steps.len())
+    }
+
+    /// Issue only `steps` (a range of the program's steps that is a valid program on its
+    /// own: each of its spans marked twice, each wait after its record) and wait for the
+    /// end. Spans outside the range come back as NaN.
+    pub fn run_range(&self, steps: std::ops::Range<usize>) -> Result<Measured> {
+        if steps.end > self.program.steps.len() || steps.start > steps.end {
+            return Err(CudaError::Program(format!(
+                "steps {steps:?} outside the program's {}",
+                self.program.steps.len()
+            )));
+        }
+        let mut inside = vec![false; self.marks.len()];
+        for st in &self.program.steps[steps.clone()] {
+            if let Step::Mark { span, .. } = *st {
+                inside[span as usize] = true;
+            }
+        }
         if self.stopped.get() {
             return Err(CudaError::Stopped);
         }
@@ -590,7 +609,7 @@ impl Loaded {
             }
         }
         let here = |stream: u32| self.is_local(self.program.streams[stream as usize]);
-        for step in &self.program.steps {
+        for step in &self.program.steps[steps] {
             match *step {
                 Step::Record { stream, .. }
                 | Step::Wait { stream, .. }
@@ -643,7 +662,7 @@ impl Loaded {
         let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
         let span_dev = self.span_devices();
         for (i, &(a, b)) in self.marks.iter().enumerate() {
-            if !self.is_local(span_dev[i]) {
+            if !self.is_local(span_dev[i]) || !inside[i] {
                 spans.push((f64::NAN, f64::NAN));
                 continue;
             }

@@ -84,14 +84,12 @@ fn durations(p: fc::Program, warmup: u32, repeats: u32) -> Result<Vec<f64>, GpuE
 pub(super) fn calibrate(shapes: &[(u64, u64, u64)], repeats: u32) -> Result<Calibration, GpuError> {
     let dev = fc::probe().map_err(cuda)?.remove(0);
     // GEMM grid, back to back on one stream, over shared operand buffers.
-    // An untimed GEMM first keeps the GPU busy while the host enqueues the timed ones, so
-    // no timed span includes the host's enqueue latency.
-    let spacer = (16384u64, 8192u64, 8192u64);
-    let (mut ma, mut mb, mut mc) = (
-        spacer.0 * spacer.2,
-        spacer.2 * spacer.1,
-        spacer.0 * spacer.1,
-    );
+    // Each shape alone, in a short burst (a warm-up call, then `repeats` timed ones back
+    // to back), with the GPU left idle in between: a sweep of back-to-back GEMMs loads
+    // the GPU for seconds, and the power limit then lowers its clocks (the sustained
+    // figure is measured separately below). An untimed GEMM of the same shape leads each
+    // burst, so no timed span includes the host's enqueue latency.
+    let (mut ma, mut mb, mut mc) = (1, 1, 1);
     for &(m, n, k) in shapes {
         ma = ma.max(m * k);
         mb = mb.max(k * n);
@@ -103,14 +101,37 @@ pub(super) fn calibrate(shapes: &[(u64, u64, u64)], repeats: u32) -> Result<Cali
     };
     let (a, b) = (random(&mut p, ma, 1), random(&mut p, mb, 2));
     let c = random(&mut p, mc, 3);
-    p.steps.push(fc::Step::Launch {
-        stream: 0,
-        kernel: gemm(a, b, c, spacer.0, spacer.1, spacer.2),
-    });
+    let reps = repeats.max(1);
+    let mut bursts = Vec::new();
     for &(m, n, k) in shapes {
-        timed(&mut p, 0, gemm(a, b, c, m, n, k));
+        let first = p.steps.len();
+        p.steps.push(fc::Step::Launch {
+            stream: 0,
+            kernel: gemm(a, b, c, m, n, k),
+        });
+        let spans: Vec<u32> = (0..reps)
+            .map(|_| timed(&mut p, 0, gemm(a, b, c, m, n, k)))
+            .collect();
+        bursts.push((first..p.steps.len(), spans));
     }
-    let t = durations(p, 2, repeats)?;
+    let l = fc::Loaded::new(p).map_err(cuda)?;
+    l.initialise().map_err(cuda)?;
+    let mut t = Vec::with_capacity(shapes.len());
+    for (range, spans) in &bursts {
+        l.run_range(range.clone()).map_err(cuda)?;
+        let m = l.run_range(range.clone()).map_err(cuda)?;
+        let d: Vec<f64> = spans
+            .iter()
+            .map(|&s| m.spans[s as usize].1 - m.spans[s as usize].0)
+            .collect();
+        let secs = median(d);
+        // Rest as long as the burst took (at least 2 ms).
+        std::thread::sleep(std::time::Duration::from_secs_f64(
+            (secs * (reps + 1) as f64).max(2e-3),
+        ));
+        t.push(secs);
+    }
+    drop(l);
     let gemms = shapes
         .iter()
         .zip(&t)
@@ -230,6 +251,19 @@ pub(super) fn calibrate(shapes: &[(u64, u64, u64)], repeats: u32) -> Result<Cali
     let gemm_with_copy = d[g.unwrap_or(0) as usize];
     // The first copy overlaps the GEMM (which takes longer than one copy).
     let copy_with_gemm = d[cp[0] as usize];
+    // Sustained load: 200 of the GEMM back to back; the last 16 show the clocks the
+    // power limit settles at.
+    let mut p = fc::Program {
+        streams: vec![0],
+        ..Default::default()
+    };
+    let (a, b) = (random(&mut p, gm * gk, 12), random(&mut p, gk * gn, 13));
+    let c = random(&mut p, gm * gn, 14);
+    let spans: Vec<u32> = (0..200)
+        .map(|_| timed(&mut p, 0, gemm(a, b, c, gm, gn, gk)))
+        .collect();
+    let d = durations(p, 0, 1)?;
+    let gemm_sustained = median(spans[184..].iter().map(|&s| d[s as usize]).collect());
     Ok(Calibration {
         device: dev.name,
         sm_count: dev.sm_count,
@@ -239,6 +273,7 @@ pub(super) fn calibrate(shapes: &[(u64, u64, u64)], repeats: u32) -> Result<Cali
         launch_s: median(launch),
         gemm_alone_s: gemm_alone,
         gemm_with_copy_s: gemm_with_copy,
+        gemm_sustained_s: gemm_sustained,
         copy_alone_s: copy_alone,
         copy_with_gemm_s: copy_with_gemm,
     })

@@ -210,6 +210,10 @@ pub struct Calibration {
     /// An 8192³ GEMM alone and with a copy loop on a second stream.
     pub gemm_alone_s: f64,
     pub gemm_with_copy_s: f64,
+    /// The same 8192³ GEMM, median of the last 16 of 200 back to back (a GPU under
+    /// sustained load, lower clocks), against `gemm_alone_s` (short bursts).
+    #[serde(default)]
+    pub gemm_sustained_s: f64,
     /// A 1 GiB copy alone and beside that GEMM.
     pub copy_alone_s: f64,
     pub copy_with_gemm_s: f64,

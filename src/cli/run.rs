@@ -118,9 +118,11 @@ pub fn wait_for_ids(
     }
 }
 
+type ProcessIds = (ProcessRank, Vec<[u8; 128]>);
+
 /// This process's rank and one NCCL unique id per strategy (each strategy's run makes
 /// its own communicator, and an id serves one communicator).
-fn process_rank(a: &Args, n: usize) -> Result<Option<(ProcessRank, Vec<[u8; 128]>)>, CliError> {
+fn process_rank(a: &Args, n: usize) -> Result<Option<ProcessIds>, CliError> {
     let (Some(world), Some(rank)) = (a.world, a.rank) else {
         return Ok(None);
     };

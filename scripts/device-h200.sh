@@ -70,7 +70,7 @@ for r in 0 1; do
   pids="$pids $!"
 done
 # (a bare `wait` would also wait for the tee behind this script's output, forever)
-wait $pids; tail -3 "$R"/mp-dup-*.txt
+wait $pids; tail -n 3 "$R"/mp-dup-*.txt
 echo "== validate (calibrated profile)"
 $B/flashoverlap validate "$R"/emu-* --hardware "$HW" --out "$R/validate.json" --force | tail -3
 echo done

@@ -988,7 +988,7 @@ impl Loaded {
                 let aligned = [po, px, py].iter().all(|p| p % 16 == 0)
                     && [be, so, sx, sy].iter().all(|v| v % 8 == 0);
                 let (f, threads) = if aligned {
-                    (d.f_add8, total / 8)
+                    (d.f_add8, be / 8)
                 } else {
                     (d.f_add, total)
                 };
@@ -1026,7 +1026,8 @@ impl Loaded {
                 let (mut f, mut g) = (func as i32, i32::from(gated));
                 let aligned = po % 16 == 0 && pi % 16 == 0 && c % 8 == 0;
                 let (kf, threads) = if aligned {
-                    (d.f_act8, tr * c / 8)
+                    // One CTA (256 threads) per row; `launch` caps the grid.
+                    (d.f_act8, tr * 256)
                 } else {
                     (d.f_act, tr * c)
                 };
@@ -1646,5 +1647,118 @@ mod tests {
                 .to_string()
                 .contains("send stream 1 is on device 1")
         );
+    }
+
+    /// The vectorised activation and add kernels over strided blocks, against host
+    /// arithmetic (the reference check uses the same kernels, so it cannot catch their
+    /// bugs).
+    #[test]
+    fn strided_activation_and_add_match_the_host() {
+        if !gpu_or_skip() {
+            return;
+        }
+        let (rows, cols, blocks, stride) = (5u64, 64u64, 3u32, 7u64);
+        let elems = stride * rows * blocks as u64 + 64;
+        let rnd = |key| Init::Random {
+            key,
+            offset: 0,
+            len: elems,
+            index0: 0,
+        };
+        let buf = |init| Buffer {
+            device: 0,
+            elems,
+            init,
+        };
+        let span = |buf, stride| Span2 {
+            ptr: Ptr { buf, offset: 8 },
+            stride,
+        };
+        let mut steps = Vec::new();
+        for (i, func) in [ActFn::Gelu, ActFn::Silu, ActFn::Relu]
+            .into_iter()
+            .enumerate()
+        {
+            steps.push(Step::Launch {
+                stream: 0,
+                kernel: Kernel::Act {
+                    out: Ptr {
+                        buf: 2 + i as u32,
+                        offset: 0,
+                    },
+                    input: Ptr { buf: 0, offset: 0 },
+                    block_rows: rows,
+                    blocks,
+                    cols,
+                    out_stride_rows: rows,
+                    in_stride_rows: stride,
+                    func,
+                    gated: false,
+                },
+            });
+        }
+        steps.push(Step::Launch {
+            stream: 0,
+            kernel: Kernel::Add {
+                out: span(5, stride * cols),
+                x: span(0, stride * cols),
+                y: span(1, stride * cols),
+                block_elems: rows * cols,
+                blocks,
+            },
+        });
+        let l = Loaded::new(Program {
+            buffers: vec![
+                buf(rnd(21)),
+                buf(rnd(22)),
+                buf(Init::Poison),
+                buf(Init::Poison),
+                buf(Init::Poison),
+                buf(Init::Poison),
+            ],
+            streams: vec![0],
+            steps,
+            ..Default::default()
+        })
+        .unwrap();
+        l.initialise().unwrap();
+        l.run().unwrap();
+        let x = |key, i: u64| bf16_to_f32(f32_to_bf16(random_value(key, i)));
+        let gelu = |g: f32| 0.5 * g * (1.0 + (0.797_884_6 * (g + 0.044715 * g * g * g)).tanh());
+        let silu = |g: f32| g / (1.0 + (-g).exp());
+        let relu = |g: f32| g.max(0.0);
+        let fs: [&dyn Fn(f32) -> f32; 3] = [&gelu, &silu, &relu];
+        for (i, f) in fs.iter().enumerate() {
+            let out = l
+                .read(2 + i as u32, 0, rows * cols * blocks as u64)
+                .unwrap();
+            for b in 0..blocks as u64 {
+                for r in 0..rows {
+                    for c in 0..cols {
+                        let want = f(x(21, (b * stride + r) * cols + c));
+                        let got = bf16_to_f32(out[((b * rows + r) * cols + c) as usize]);
+                        assert!(
+                            (got - want).abs() <= 1e-2 * want.abs() + 1e-3,
+                            "act {i} block {b} row {r} col {c}: {got} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+        let out = l.read(5, 0, elems).unwrap();
+        for b in 0..blocks as u64 {
+            for e in 0..rows * cols {
+                let at = 8 + b * stride * cols + e;
+                let want = bf16_to_f32(f32_to_bf16(x(21, at) + x(22, at)));
+                assert_eq!(
+                    bf16_to_f32(out[at as usize]),
+                    want,
+                    "add block {b} elem {e}"
+                );
+            }
+            // Between blocks nothing is written: still poison.
+            let gap = 8 + b * stride * cols + rows * cols;
+            assert!(bf16_to_f32(out[gap as usize]).is_nan());
+        }
     }
 }

@@ -210,18 +210,23 @@ extern "C" __global__ void fill_random(u16* p, u64 n, u64 key, u64 index0) {
 // out = x + y, eight elements (16 bytes) per access; block_elems % 8 == 0, all aligned.
 extern "C" __global__ void add_v8(u16* out, const u16* x, const u16* y, u64 block_elems,
                                   u64 total, u64 so, u64 sx, u64 sy) {
-    for (u64 v = blockIdx.x * (u64)blockDim.x + threadIdx.x; v * 8 < total; v += (u64)gridDim.x * blockDim.x) {
-        u64 e = v * 8, b = e / block_elems, i = e % block_elems;
-        uint4 a = *(const uint4*)(x + b * sx + i);
-        uint4 c = *(const uint4*)(y + b * sy + i);
-        unsigned* pa = (unsigned*)&a; unsigned* pc = (unsigned*)&c; uint4 r; unsigned* pr = (unsigned*)&r;
-        #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            u16 lo = f2b(b2f((u16)(pa[j] & 0xffff)) + b2f((u16)(pc[j] & 0xffff)));
-            u16 hi = f2b(b2f((u16)(pa[j] >> 16)) + b2f((u16)(pc[j] >> 16)));
-            pr[j] = (unsigned)lo | ((unsigned)hi << 16);
+    // Blocks outer, a grid-stride loop over each block's vectors inner: no 64-bit
+    // division per element (which would cost more than the memory traffic).
+    u64 stride = (u64)gridDim.x * blockDim.x * 8, nb = total / block_elems;
+    for (u64 b = 0; b < nb; ++b) {
+        const u16* xb = x + b * sx; const u16* yb = y + b * sy; u16* ob = out + b * so;
+        for (u64 i = (blockIdx.x * (u64)blockDim.x + threadIdx.x) * 8; i < block_elems; i += stride) {
+            uint4 a = *(const uint4*)(xb + i);
+            uint4 c = *(const uint4*)(yb + i);
+            unsigned* pa = (unsigned*)&a; unsigned* pc = (unsigned*)&c; uint4 r; unsigned* pr = (unsigned*)&r;
+            #pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                u16 lo = f2b(b2f((u16)(pa[j] & 0xffff)) + b2f((u16)(pc[j] & 0xffff)));
+                u16 hi = f2b(b2f((u16)(pa[j] >> 16)) + b2f((u16)(pc[j] >> 16)));
+                pr[j] = (unsigned)lo | ((unsigned)hi << 16);
+            }
+            *(uint4*)(ob + i) = r;
         }
-        *(uint4*)(out + b * so + i) = r;
     }
 }
 extern "C" __global__ void add_u16(u16* out, const u16* x, const u16* y, u64 block_elems,
@@ -244,21 +249,27 @@ __device__ __forceinline__ float act(float g, int f) {
 // Eight elements (16 bytes) per thread and access; cols % 8 == 0 and aligned rows.
 extern "C" __global__ void act_v8(u16* out, const u16* in, u64 block_rows, u64 total_rows,
                                   u64 cols, u64 so, u64 si, int func, int gated) {
-    u64 vcols = cols / 8, total = total_rows * vcols, in_cols = gated ? 2 * cols : cols;
-    for (u64 v = blockIdx.x * (u64)blockDim.x + threadIdx.x; v < total; v += (u64)gridDim.x * blockDim.x) {
-        u64 row = v / vcols, c = (v % vcols) * 8, b = row / block_rows, rr = row % block_rows;
+    // One row per CTA at a time (a grid-stride loop over rows), the row's 8-element
+    // vectors over the threads: one division per row, none per element.
+    u64 vcols = cols / 8, in_cols = gated ? 2 * cols : cols;
+    for (u64 row = blockIdx.x; row < total_rows; row += gridDim.x) {
+        u64 b = row / block_rows, rr = row - b * block_rows;
         const u16* ir = in + (b * si + rr) * in_cols;
-        uint4 g = *(const uint4*)(ir + c);
-        uint4 up;
-        if (gated) up = *(const uint4*)(ir + cols + c);
-        unsigned* pg = (unsigned*)&g; unsigned* pu = (unsigned*)&up; uint4 r; unsigned* pr = (unsigned*)&r;
-        #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            float lo = act(b2f((u16)(pg[j] & 0xffff)), func), hi = act(b2f((u16)(pg[j] >> 16)), func);
-            if (gated) { lo *= b2f((u16)(pu[j] & 0xffff)); hi *= b2f((u16)(pu[j] >> 16)); }
-            pr[j] = (unsigned)f2b(lo) | ((unsigned)f2b(hi) << 16);
+        u16* orow = out + (b * so + rr) * cols;
+        for (u64 v = threadIdx.x; v < vcols; v += blockDim.x) {
+            u64 c = v * 8;
+            uint4 g = *(const uint4*)(ir + c);
+            uint4 up;
+            if (gated) up = *(const uint4*)(ir + cols + c);
+            unsigned* pg = (unsigned*)&g; unsigned* pu = (unsigned*)&up; uint4 r; unsigned* pr = (unsigned*)&r;
+            #pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                float lo = act(b2f((u16)(pg[j] & 0xffff)), func), hi = act(b2f((u16)(pg[j] >> 16)), func);
+                if (gated) { lo *= b2f((u16)(pu[j] & 0xffff)); hi *= b2f((u16)(pu[j] >> 16)); }
+                pr[j] = (unsigned)f2b(lo) | ((unsigned)f2b(hi) << 16);
+            }
+            *(uint4*)(orow + c) = r;
         }
-        *(uint4*)(out + (b * so + rr) * cols + c) = r;
     }
 }
 extern "C" __global__ void act_u16(u16* out, const u16* in, u64 block_rows, u64 total_rows,

@@ -154,6 +154,13 @@ pub fn profile(
     f.gpu.gemm.memory_efficiency = (c.copy_bytes_per_s / hbm).clamp(0.05, 1.0);
     f.gpu.elementwise.efficiency = (c.add_bytes_per_s / hbm).clamp(0.05, 1.0);
     f.gpu.elementwise.launch_us = c.launch_s * 1e6;
+    if let Some(p) = c.p2p {
+        // The executor's default transport is the copy engine: its bandwidth is the link's,
+        // its small-message time the per-message latency beyond the link's own.
+        f.topology.link_gbps = Some(p.copy_bytes_per_s / 1e9);
+        let link_lat = f.topology.link_latency_us.unwrap_or(0.0);
+        f.comm.message_latency_us = (p.copy_latency_s * 1e6 - link_lat).max(0.0);
+    }
     (f, fit)
 }
 
@@ -219,6 +226,21 @@ pub fn run(a: Args) -> Result<(), CliError> {
         sus = cal.gemm_sustained_s / cal.gemm_alone_s,
         cs = copy_slow,
     );
+    let header = match cal.p2p {
+        Some(p) => format!(
+            "{header}# GPU 0 -> GPU 1: copy engine {:.0} GB/s, {:.1} us for 16 B (link_gbps and \
+             comm.message_latency_us);\n#   NCCL send/recv {:.0} GB/s, {:.1} us for 16 B; the \
+             8192^3 GEMM takes {:.3}x beside NCCL sends.\n",
+            p.copy_bytes_per_s / 1e9,
+            p.copy_latency_s * 1e6,
+            p.nccl_bytes_per_s / 1e9,
+            p.nccl_latency_s * 1e6,
+            p.gemm_with_nccl_s / cal.gemm_alone_s,
+        ),
+        None => format!(
+            "{header}# One GPU: no point-to-point measurements; links as in the base profile.\n"
+        ),
+    };
     let body = toml::to_string(&file).map_err(|e| CliError::output(e.to_string()))?;
     if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)

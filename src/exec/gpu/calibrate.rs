@@ -2,7 +2,7 @@
 //! add bandwidth, per-kernel launch cost, and the slowdown of a GEMM while a copy runs
 //! beside it (and of the copy while the GEMM runs).
 
-use super::{Calibration, GemmSample, GpuError};
+use super::{Calibration, GemmSample, GpuError, P2pCalibration};
 use flashoverlap_cuda as fc;
 
 fn cuda(e: fc::CudaError) -> GpuError {
@@ -264,6 +264,11 @@ pub(super) fn calibrate(shapes: &[(u64, u64, u64)], repeats: u32) -> Result<Cali
         .collect();
     let d = durations(p, 0, 1)?;
     let gemm_sustained = median(spans[184..].iter().map(|&s| d[s as usize]).collect());
+    let p2p = if fc::probe().map_err(cuda)?.len() >= 2 {
+        Some(p2p(repeats)?)
+    } else {
+        None
+    };
     Ok(Calibration {
         device: dev.name,
         sm_count: dev.sm_count,
@@ -276,5 +281,97 @@ pub(super) fn calibrate(shapes: &[(u64, u64, u64)], repeats: u32) -> Result<Cali
         gemm_sustained_s: gemm_sustained,
         copy_alone_s: copy_alone,
         copy_with_gemm_s: copy_with_gemm,
+        p2p,
+    })
+}
+
+/// GPU 0 → GPU 1: copy-engine and NCCL bandwidth (256 MiB) and latency (16 B), and the
+/// 8192³ GEMM on GPU 0 beside an NCCL send loop.
+fn p2p(repeats: u32) -> Result<P2pCalibration, GpuError> {
+    let big: u64 = 1 << 27; // elements: 256 MiB
+    let small: u64 = 8;
+    let on = |p: &mut fc::Program, device: u32, elems: u64| {
+        p.buffers.push(fc::Buffer {
+            device,
+            elems,
+            init: fc::Init::Poison,
+        });
+        p.buffers.len() as u32 - 1
+    };
+    // Streams: 0 on GPU 0 (sends, GEMM), 1 on GPU 1 (copies and recvs land there), 2 on
+    // GPU 0 (the GEMM beside the sends).
+    let mut p = fc::Program {
+        streams: vec![0, 1, 0],
+        nccl: vec![0, 1],
+        ..Default::default()
+    };
+    let (s0, d1) = (on(&mut p, 0, big), on(&mut p, 1, big));
+    let copy = |dst, src, bytes| fc::Kernel::Copy {
+        dst: at(dst),
+        src: at(src),
+        bytes,
+    };
+    let ce_big = timed(&mut p, 1, copy(d1, s0, big * 2));
+    let ce_small: Vec<u32> = (0..32)
+        .map(|_| timed(&mut p, 1, copy(d1, s0, small * 2)))
+        .collect();
+    let nccl = |p: &mut fc::Program, elems: u64| {
+        let span = p.spans;
+        p.spans += 1;
+        p.steps.push(fc::Step::Mark {
+            stream: 1,
+            span,
+            end: false,
+        });
+        p.steps.push(fc::Step::Nccl {
+            from: 0,
+            send_stream: 0,
+            src: at(s0),
+            to: 1,
+            recv_stream: 1,
+            dst: at(d1),
+            elems,
+        });
+        p.steps.push(fc::Step::Mark {
+            stream: 1,
+            span,
+            end: true,
+        });
+        span
+    };
+    let nc_big = nccl(&mut p, big);
+    let nc_small: Vec<u32> = (0..32).map(|_| nccl(&mut p, small)).collect();
+    // The GEMM on stream 2 while NCCL sends run on stream 0 of the same GPU.
+    let (gm, gn, gk) = (8192u64, 8192u64, 8192u64);
+    let (a, b, c) = (
+        random(&mut p, gm * gk, 31),
+        random(&mut p, gk * gn, 32),
+        random(&mut p, gm * gn, 33),
+    );
+    // The GEMM starts behind the latency probes, with six large sends queued beside it.
+    p.events = 1;
+    p.steps.push(fc::Step::Record {
+        stream: 0,
+        event: 0,
+    });
+    p.steps.push(fc::Step::Wait {
+        stream: 2,
+        event: 0,
+    });
+    let g = timed(&mut p, 2, gemm(a, b, c, gm, gn, gk));
+    for _ in 0..2 {
+        nccl(&mut p, big);
+    }
+    for _ in 0..4 {
+        nccl(&mut p, big);
+    }
+    let d = durations(p, 1, repeats)?;
+    let lat = |v: &[u32]| median(v.iter().map(|&s| d[s as usize]).collect());
+    Ok(P2pCalibration {
+        copy_bytes_per_s: (big * 2) as f64 / d[ce_big as usize],
+        copy_latency_s: lat(&ce_small),
+        nccl_bytes_per_s: (big * 2) as f64 / d[nc_big as usize],
+        nccl_latency_s: lat(&nc_small),
+        gemm_with_nccl_s: d[g as usize],
     })
 }

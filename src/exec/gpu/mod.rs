@@ -195,6 +195,19 @@ pub struct GemmSample {
     pub secs: f64,
 }
 
+/// Point-to-point transfers between GPU 0 and GPU 1, measured where two GPUs exist.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct P2pCalibration {
+    /// Copy-engine peer copy of 256 MiB, bytes/s; and of 16 bytes, seconds.
+    pub copy_bytes_per_s: f64,
+    pub copy_latency_s: f64,
+    /// NCCL send/recv (one group) of 256 MiB, bytes/s; and of 16 bytes, seconds.
+    pub nccl_bytes_per_s: f64,
+    pub nccl_latency_s: f64,
+    /// The 8192³ GEMM on GPU 0 beside an NCCL send loop to GPU 1 (SM-driven transport).
+    pub gemm_with_nccl_s: f64,
+}
+
 /// What `calibrate` measured on one GPU (bf16).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Calibration {
@@ -214,6 +227,9 @@ pub struct Calibration {
     /// sustained load, lower clocks), against `gemm_alone_s` (short bursts).
     #[serde(default)]
     pub gemm_sustained_s: f64,
+    /// Between GPUs 0 and 1, when the machine has two or more.
+    #[serde(default)]
+    pub p2p: Option<P2pCalibration>,
     /// A 1 GiB copy alone and beside that GEMM.
     pub copy_alone_s: f64,
     pub copy_with_gemm_s: f64,

@@ -40,6 +40,16 @@ for w in ag-gemm gemm-rs mlp; do for tp in 2 4 8; do
     --strategy sequential,chunked:2,chunked:4,flash --warmup 1 --repeats 3 \
     --out "$R/check-$w-tp$tp" --force
 done; done
+echo "== correctness of a gated MLP (SwiGLU, llama-3-8b shapes)"
+$B/flashoverlap run --hardware "$HW" --model llama-3-8b --workload mlp --tp 4 --batch 1 \
+  --seq 3072 --strategy sequential,chunked:2,chunked:4,flash --warmup 1 --repeats 3 \
+  --out "$R/check-llama-mlp-tp4" --force
+echo "== single-rank schedules off the calibration grid (llama-3-8b: ffn 14336; 9k and 30k tokens)"
+for w in ag-gemm gemm-rs mlp; do for tp in 2 4 8; do for b in 3 10; do
+  $B/flashoverlap run --hardware "$HW" --model llama-3-8b --workload $w --tp $tp --batch $b \
+    --seq 3072 --strategy sequential,chunked:2,chunked:4,flash --emulate-rank 0 \
+    --stand-in none --warmup 3 --repeats 10 --out "$R/emu-none-llama-$w-tp$tp-b$b" --force
+done; done; done
 echo "== single-rank schedules"
 for si in none copy; do for w in ag-gemm gemm-rs mlp; do for tp in 2 4 8; do for b in 4 16; do
   [ $si = copy ] && [ $b = 4 ] && continue

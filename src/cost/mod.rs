@@ -36,12 +36,12 @@ pub struct GemmCost {
 /// C once at `memory_efficiency` of HBM bandwidth; the kernel takes the larger of the two
 /// (a roofline) plus a fixed launch cost. Any zero dimension is a no-op (0 s).
 ///
-/// When the profile carries measured GEMMs of this dtype (`gpu.gemm.measured`), the model
-/// time is multiplied by the measured/model ratio interpolated from them: the geometric
-/// mean of the points' ratios weighted by `1 / d⁴`, with `d` the distance in
-/// (ln m, ln n, ln k). A measured shape thus predicts its measured time exactly, shapes
-/// between measured ones get a smooth blend, and the model's structure (waves, roofline)
-/// carries the shape dependence between and beyond the points.
+/// When the profile carries measured GEMMs of this dtype (`gpu.gemm.measured`), they
+/// decide the time: the measured time per FLOP is interpolated as a geometric mean of the
+/// points' weighted by `1 / d⁴`, with `d` the distance in (ln m, ln n, ln k), times this
+/// GEMM's FLOPs. A measured shape predicts its measured time exactly and shapes between
+/// measured ones get a smooth blend. `correction` reports the result as a ratio to the
+/// model's own time.
 pub fn gemm_cost(
     gpu: &GpuSpec,
     m: u64,
@@ -96,11 +96,13 @@ fn measured_correction(gpu: &GpuSpec, peak: f64, m: u64, n: u64, k: u64, dtype: 
     let at = [m as f64, n as f64, k as f64].map(f64::ln);
     let (mut num, mut den) = (0.0, 0.0);
     for p in gpu.gemm.measured.iter().filter(|p| p.dtype == dtype) {
-        let model = model_cost(gpu, peak, p.m, p.n, p.k, dtype).total;
-        if !(model > 0.0 && p.secs > 0.0) {
+        if !(p.secs > 0.0) {
             continue;
         }
-        let lr = (p.secs / model).ln();
+        // What is interpolated is the measured time per FLOP (its log): smooth in shape,
+        // where the ratio to the model jumps wherever the model's waves do and cuBLAS's
+        // tile choices do not (off-grid GEMM errors up to 45% that way, 18% this way).
+        let lr = (p.secs / gemm_flops(p.m, p.n, p.k)).ln();
         let d2: f64 = [p.m as f64, p.n as f64, p.k as f64]
             .map(f64::ln)
             .iter()
@@ -108,13 +110,17 @@ fn measured_correction(gpu: &GpuSpec, peak: f64, m: u64, n: u64, k: u64, dtype: 
             .map(|(a, b)| (a - b) * (a - b))
             .sum();
         if d2 < 1e-18 {
-            return lr.exp();
+            return p.secs / model_cost(gpu, peak, m, n, k, dtype).total;
         }
         let w = 1.0 / (d2 * d2);
         num += w * lr;
         den += w;
     }
-    if den > 0.0 { (num / den).exp() } else { 1.0 }
+    if den > 0.0 {
+        (num / den).exp() * gemm_flops(m, n, k) / model_cost(gpu, peak, m, n, k, dtype).total
+    } else {
+        1.0
+    }
 }
 
 /// Time of a GEMM, seconds. See [`gemm_cost`].
@@ -230,18 +236,19 @@ mod tests {
         ];
         assert!((model(&g, a.0, a.1, a.2) / (2.0 * ma) - 1.0).abs() < 1e-12);
         assert!((model(&g, b.0, b.1, b.2) / (0.5 * mb) - 1.0).abs() < 1e-12);
-        // Halfway in log space: geometric mean of the two ratios, i.e. 1.
-        let c = gemm_cost(&g, 2048, 4096, 4096, DType::Bf16).unwrap();
-        assert!((c.correction - 1.0).abs() < 1e-12);
-        // Nearer `a` leans towards a's ratio; far outside, the nearer point dominates.
-        let near_a = gemm_cost(&g, 1200, 4096, 4096, DType::Bf16)
-            .unwrap()
-            .correction;
-        assert!(near_a > 1.5 && near_a < 2.0);
-        let far = gemm_cost(&g, 65536, 4096, 4096, DType::Bf16)
-            .unwrap()
-            .correction;
-        assert!(far < 0.7 && far > 0.5);
+        // Halfway in log space: the geometric mean of the two points' time per FLOP.
+        let tpf = |secs: f64, m: u64| secs / gemm_flops(m, 4096, 4096);
+        let (ta, tb) = (tpf(2.0 * ma, a.0), tpf(0.5 * mb, b.0));
+        let mid = (ta * tb).sqrt();
+        let at = |m: u64| model(&g, m, 4096, 4096) / gemm_flops(m, 4096, 4096);
+        assert!((at(2048) / mid - 1.0).abs() < 1e-12);
+        // Nearer `a` leans towards a's time per FLOP; far outside, the nearer point
+        // dominates.
+        let (lo, hi) = (ta.min(tb), ta.max(tb));
+        let near_a = at(1200);
+        assert!((near_a - ta).abs() < (near_a - tb).abs() && near_a > lo && near_a < hi);
+        let far = at(65536);
+        assert!((far - tb).abs() < (far - ta).abs() && far > lo && far < hi);
         // Zero-sized GEMMs stay free.
         assert_eq!(gemm_time(&g, 0, 4096, 4096, DType::Bf16).unwrap(), 0.0);
     }

@@ -1658,7 +1658,7 @@ mod tests {
             return;
         }
         let (rows, cols, blocks, stride) = (5u64, 64u64, 3u32, 7u64);
-        let elems = stride * rows * blocks as u64 + 64;
+        let elems = (stride * blocks as u64 + rows) * cols + 64;
         let rnd = |key| Init::Random {
             key,
             offset: 0,

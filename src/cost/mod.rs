@@ -96,7 +96,7 @@ fn measured_correction(gpu: &GpuSpec, peak: f64, m: u64, n: u64, k: u64, dtype: 
     let at = [m as f64, n as f64, k as f64].map(f64::ln);
     let (mut num, mut den) = (0.0, 0.0);
     for p in gpu.gemm.measured.iter().filter(|p| p.dtype == dtype) {
-        if !(p.secs > 0.0) {
+        if p.secs.is_nan() || p.secs <= 0.0 {
             continue;
         }
         // What is interpolated is the measured time per FLOP (its log): smooth in shape,

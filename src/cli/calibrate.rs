@@ -203,8 +203,8 @@ pub fn run(a: Args) -> Result<(), CliError> {
          # on {dev} ({sms} SMs). Raw measurements: {name}.calibration.json beside this file.\n\
          # GEMM fit over {n} bf16 shapes: efficiency, k_half and launch_us by least squares of\n\
          #   relative error; median error {med:.1}%, worst {worst:.1}%. The measured times\n\
-         #   are kept as [[gpu.gemm.measured]]: the simulator scales the model by the\n\
-         #   measured/model ratio interpolated from them, so these shapes predict exactly.\n\
+         #   are kept as [[gpu.gemm.measured]]: the simulator interpolates their time per\n\
+         #   FLOP in log-shape space, so these shapes predict exactly.\n\
          # memory_efficiency = D2D copy bandwidth {copy:.0} GB/s (read + write) / hbm_gbps.\n\
          # elementwise.efficiency = add kernel {add:.0} GB/s (2 reads + 1 write) / hbm_gbps;\n\
          #   elementwise.launch_us = back-to-back tiny kernels, {launch:.2} us each.\n\

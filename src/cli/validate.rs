@@ -4,6 +4,7 @@
 //! freshly calibrated one); otherwise the predictions saved beside the measurements are
 //! used. Needs no GPU.
 
+use super::simulate::Format;
 use super::{CliError, run::RunFile, run::plan_for};
 use crate::config;
 use crate::exec::sim::{SimOptions, simulate};
@@ -13,12 +14,6 @@ use crate::timeline::Timeline;
 use crate::timeline::file::TimelineFile;
 use crate::validate::{Comparison, compare, summarize, table};
 use std::path::{Path, PathBuf};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    Table,
-    Json,
-}
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

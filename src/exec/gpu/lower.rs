@@ -295,6 +295,9 @@ pub(super) fn lower(plan: &Plan, devices: u32, transport: Transport) -> Result<L
                         buf: staging[stream as usize],
                         offset: 0,
                     };
+                    // The transfer lands in the destination, or, for an accumulating
+                    // recv, in the staging buffer that is then added to it.
+                    let land = if accumulate { st } else { ptr(plan, dst) };
                     if nccl {
                         p.steps.push(fc::Step::Nccl {
                             from,
@@ -302,7 +305,7 @@ pub(super) fn lower(plan: &Plan, devices: u32, transport: Transport) -> Result<L
                             src: ptr(plan, src),
                             to,
                             recv_stream: stream,
-                            dst: if accumulate { st } else { ptr(plan, dst) },
+                            dst: land,
                             elems: bytes / 2,
                         });
                         // The send's event now marks its completion on the sender's side
@@ -311,35 +314,17 @@ pub(super) fn lower(plan: &Plan, devices: u32, transport: Transport) -> Result<L
                             stream: sstream,
                             event: op_ev(send),
                         });
-                        if accumulate {
-                            let d = span2(plan, dst);
-                            p.steps.push(fc::Step::Launch {
-                                stream,
-                                kernel: fc::Kernel::Add {
-                                    out: d,
-                                    x: d,
-                                    y: fc::Span2 {
-                                        ptr: st,
-                                        stride: bytes / 2,
-                                    },
-                                    block_elems: bytes / 2,
-                                    blocks: 1,
-                                },
-                            });
-                        }
-                    } else if accumulate {
-                        let st = fc::Ptr {
-                            buf: staging[stream as usize],
-                            offset: 0,
-                        };
+                    } else {
                         p.steps.push(fc::Step::Launch {
                             stream,
                             kernel: fc::Kernel::Copy {
-                                dst: st,
+                                dst: land,
                                 src: ptr(plan, src),
                                 bytes,
                             },
                         });
+                    }
+                    if accumulate {
                         let d = span2(plan, dst);
                         p.steps.push(fc::Step::Launch {
                             stream,
@@ -352,15 +337,6 @@ pub(super) fn lower(plan: &Plan, devices: u32, transport: Transport) -> Result<L
                                 },
                                 block_elems: bytes / 2,
                                 blocks: 1,
-                            },
-                        });
-                    } else {
-                        p.steps.push(fc::Step::Launch {
-                            stream,
-                            kernel: fc::Kernel::Copy {
-                                dst: ptr(plan, dst),
-                                src: ptr(plan, src),
-                                bytes,
                             },
                         });
                     }

@@ -172,12 +172,68 @@ pub struct CommParams {
     pub message_latency: f64,
 }
 
+/// How transfers move between GPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash, PartialOrd, Ord)]
+pub enum Transport {
+    /// Copy engines (the receiver pulls the region with a device or peer copy): no SMs
+    /// taken, HBM shared.
+    CopyEngine,
+    /// NCCL-style send/recv kernels: each posted send or recv holds CTAs (SMs) from the
+    /// moment it is posted until it completes, and shares HBM.
+    #[default]
+    Nccl,
+}
+
+impl Transport {
+    pub const ALL: [Transport; 2] = [Transport::Nccl, Transport::CopyEngine];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::CopyEngine => "copy",
+            Transport::Nccl => "nccl",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Transport> {
+        match s {
+            "copy" | "ce" | "copy-engine" => Some(Transport::CopyEngine),
+            "nccl" => Some(Transport::Nccl),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How communication slows the computation beside it on the same GPU (METHOD.md §3.2).
+/// All effects are multiplicative slowdowns of an op's rate while the condition holds; an
+/// op's progress is kept when conditions change mid-run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InterferenceParams {
+    /// CTAs (one SM each) a posted NCCL-style send or recv kernel holds.
+    pub comm_ctas_per_op: u64,
+    /// At most this many SMs are held by communication on one GPU at once.
+    pub max_comm_ctas: u64,
+    /// A GEMM's slowdown while a transfer to or from its GPU is moving bytes (HBM and L2
+    /// shared with the transfer); 1 = none.
+    pub gemm_slowdown_beside_transfer: f64,
+    /// A memory-bound kernel's (add, activation, copy) slowdown while a GEMM runs on the
+    /// same GPU on another stream; 1 = none.
+    pub memory_op_slowdown_beside_gemm: f64,
+}
+
 /// A machine: GPUs, the software costs of talking between them, and how they are wired.
 #[derive(Debug, Clone)]
 pub struct Hardware {
     pub name: String,
     pub gpu: GpuSpec,
     pub comm: CommParams,
+    /// `None`: the profile models no interference.
+    pub interference: Option<InterferenceParams>,
     pub topology: Topology,
 }
 
@@ -283,6 +339,11 @@ pub struct Scenario {
     pub dtype: DType,
     pub workload: Workload,
     pub strategies: Vec<Strategy>,
+    /// How transfers move (decides whether they take SMs).
+    pub transport: Transport,
+    /// Model the slowdown of compute beside communication (when the profile has
+    /// parameters for it).
+    pub interference: bool,
 }
 
 impl Scenario {

@@ -44,7 +44,8 @@ pub fn run_strategy(
         strategy: name.clone(),
         source,
     })?;
-    let res = sim::simulate(&plan, &sc.hardware, opts).map_err(|source| RunError::Sim {
+    let opts = opts.clone().for_scenario(sc);
+    let res = sim::simulate(&plan, &sc.hardware, &opts).map_err(|source| RunError::Sim {
         strategy: name.clone(),
         source,
     })?;

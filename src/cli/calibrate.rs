@@ -4,7 +4,7 @@
 //! measurements as JSON. `--from FILE` refits saved measurements without a GPU.
 
 use super::CliError;
-use crate::config::files::{GemmPointFile, HardwareFile};
+use crate::config::files::{GemmPointFile, HardwareFile, InterferenceFile};
 use crate::config::{self, PresetKind};
 use crate::cost;
 use crate::exec::gpu::{self, Calibration};
@@ -154,6 +154,21 @@ pub fn profile(
     f.gpu.gemm.memory_efficiency = (c.copy_bytes_per_s / hbm).clamp(0.05, 1.0);
     f.gpu.elementwise.efficiency = (c.add_bytes_per_s / hbm).clamp(0.05, 1.0);
     f.gpu.elementwise.launch_us = c.launch_s * 1e6;
+    // Interference as the engine models it: the GEMM beside a copy loop, the copy beside
+    // the GEMM; the CTA counts of communication kernels stay the base profile's.
+    let slow = |with: f64, alone: f64| {
+        let r = with / alone;
+        if r.is_finite() { r.max(1.0) } else { 1.0 }
+    };
+    let mut i = f.interference.clone().unwrap_or(InterferenceFile {
+        comm_ctas_per_op: 8,
+        max_comm_ctas: 32,
+        gemm_slowdown_beside_transfer: 1.0,
+        memory_op_slowdown_beside_gemm: 1.0,
+    });
+    i.gemm_slowdown_beside_transfer = slow(c.gemm_with_copy_s, c.gemm_alone_s);
+    i.memory_op_slowdown_beside_gemm = slow(c.copy_with_gemm_s, c.copy_alone_s);
+    f.interference = Some(i);
     if let Some(p) = c.p2p {
         // The executor's default transport is the copy engine: its bandwidth is the link's,
         // its small-message time the per-message latency beyond the link's own.
@@ -210,8 +225,9 @@ pub fn run(a: Args) -> Result<(), CliError> {
          #   elementwise.launch_us = back-to-back tiny kernels, {launch:.2} us each.\n\
          # GEMMs were timed in short bursts on a rested GPU; under sustained load (200 8192^3\n\
          #   GEMMs back to back) one takes {sus:.3}x as long (the power limit lowers clocks).\n\
-         # Interference measured (not yet modelled by the engine): an 8192^3 GEMM takes\n\
-         #   {gs:.3}x as long beside a copy loop; a 1 GiB copy takes {cs:.3}x beside the GEMM.\n",
+         # Interference: an 8192^3 GEMM takes {gs:.3}x as long beside a copy loop\n\
+         #   (interference.gemm_slowdown_beside_transfer); a 1 GiB copy takes {cs:.3}x\n\
+         #   beside the GEMM (interference.memory_op_slowdown_beside_gemm).\n",
         base = a.base,
         name = a.name,
         dev = cal.device,

@@ -46,11 +46,6 @@ pub struct Args {
     /// Skip the comparison of every rank's result with the reference.
     #[arg(long)]
     pub no_check: bool,
-    /// How transfers move: `copy` (copy engines: the receiver pulls the region; any
-    /// number of ranks per GPU) or `nccl` (NCCL send/recv, one GPU per rank; under
-    /// `--emulate-rank` with `--stand-in copy`, the stand-in copies are NCCL sends to self).
-    #[arg(long, default_value = "copy")]
-    pub transport: String,
     /// Abort a run that has not finished after this many seconds and name the op that
     /// waited (0: no watchdog).
     #[arg(long, default_value_t = 60.0)]
@@ -226,6 +221,11 @@ pub fn measure(
 ) -> Result<Vec<Measured>, CliError> {
     let peak = sc.hardware.gpu.peak(sc.dtype).unwrap_or(0.0);
     let mut out = Vec::new();
+    // Predicted with the transport the run uses.
+    let mut sim_opts = SimOptions::default().for_scenario(sc);
+    if let Some(i) = sim_opts.interference.as_mut() {
+        i.transport = opts.transport;
+    }
     for (i, &s) in sc.strategies.iter().enumerate() {
         let name = s.to_string();
         let plan = plan_for(sc, s, emulate)?;
@@ -237,8 +237,7 @@ pub fn measure(
             o.check = None;
         }
         let r = gpu::run(&plan, &o).map_err(CliError::run)?;
-        let res =
-            sim::simulate(&plan, &sc.hardware, &SimOptions::default()).map_err(CliError::run)?;
+        let res = sim::simulate(&plan, &sc.hardware, &sim_opts).map_err(CliError::run)?;
         let predicted =
             Timeline::predicted(&sc.name, &name, &plan, &sc.hardware.topology, &res, peak);
         let measured = Timeline::measured(&sc.name, &name, &plan, &r.times, peak);
@@ -291,12 +290,13 @@ pub fn run(a: Args) -> Result<(), CliError> {
         warmup: a.warmup,
         repeats: a.repeats,
         check: (!a.no_check).then_some(sc.workload),
-        transport: Transport::parse(&a.transport).ok_or_else(|| {
-            CliError::input(format!(
-                "--transport: `{}` is not one of copy, nccl",
-                a.transport
-            ))
-        })?,
+        // `--transport` (checked with the scenario) or copy engines, which run any
+        // number of ranks per GPU.
+        transport: if a.sim.transport.is_some() {
+            sc.transport
+        } else {
+            Transport::CopyEngine
+        },
         watchdog: (a.watchdog_s > 0.0).then_some(a.watchdog_s),
         process: None,
     };

@@ -42,6 +42,15 @@ pub struct Args {
     /// Strategies to compare, comma-separated: sequential, chunked:K, flash.
     #[arg(long = "strategy", value_delimiter = ',')]
     pub strategies: Vec<String>,
+    /// How transfers move: `nccl` (send/recv kernels that hold SMs) or `copy` (copy
+    /// engines); overrides the scenario's (default nccl). Under `run`: the executor's
+    /// transport (default there: copy).
+    #[arg(long)]
+    pub transport: Option<String>,
+    /// Do not model compute slowed by communication beside it (see the profile's
+    /// `[interference]`).
+    #[arg(long)]
+    pub no_interference: bool,
     /// Output format on stdout.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
@@ -103,6 +112,14 @@ pub fn scenario_and_file(
         f.dtype = v.clone();
         set("dtype", "--dtype");
     }
+    if let Some(v) = &a.transport {
+        f.transport = v.clone();
+        set("transport", "--transport");
+    }
+    if a.no_interference {
+        f.interference = false;
+        set("interference", "--no-interference");
+    }
     if !a.strategies.is_empty() {
         f.strategies = a.strategies.clone();
         set("strategies", "--strategy");
@@ -128,6 +145,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
     let opts = SimOptions {
         record_links: true,
         max_events: a.max_events,
+        ..SimOptions::default()
     };
     let run = simulate::run_scenario(&sc, &opts).map_err(CliError::run)?;
     let table = report::table(&sc, &run);

@@ -23,6 +23,9 @@ pub struct Args {
     /// Predict again with this hardware profile instead of using the saved predictions.
     #[arg(long)]
     pub hardware: Option<String>,
+    /// With `--hardware`: predict without the interference model (to see what it adds).
+    #[arg(long, requires = "hardware")]
+    pub no_interference: bool,
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
     /// Also write the JSON to this file.
@@ -45,7 +48,11 @@ fn stem(s: &str) -> String {
 }
 
 /// The comparisons of one run directory.
-pub fn compare_dir(dir: &Path, hardware: Option<&str>) -> Result<Vec<Comparison>, CliError> {
+pub fn compare_dir(
+    dir: &Path,
+    hardware: Option<&str>,
+    interference: bool,
+) -> Result<Vec<Comparison>, CliError> {
     let rf_path = dir.join("run.json");
     let text = std::fs::read_to_string(&rf_path)
         .map_err(|e| CliError::input(format!("{}: {e}", rf_path.display())))?;
@@ -65,6 +72,8 @@ pub fn compare_dir(dir: &Path, hardware: Option<&str>) -> Result<Vec<Comparison>
         return Ok(out);
     }
     let mut file = rf.scenario.clone();
+    file.transport = rf.transport.clone();
+    file.interference = interference;
     if let Some(h) = hardware {
         file.hardware = h.to_string();
     }
@@ -101,8 +110,8 @@ pub fn compare_dir(dir: &Path, hardware: Option<&str>) -> Result<Vec<Comparison>
         let mut predicted = match &sc {
             Some(sc) => {
                 let plan = plan_for(sc, strategy, emulate)?;
-                let r =
-                    simulate(&plan, &sc.hardware, &SimOptions::default()).map_err(CliError::run)?;
+                let opts = SimOptions::default().for_scenario(sc);
+                let r = simulate(&plan, &sc.hardware, &opts).map_err(CliError::run)?;
                 let peak = sc.hardware.gpu.peak(sc.dtype).unwrap_or(0.0);
                 Timeline::predicted(&case, &label, &plan, &sc.hardware.topology, &r, peak)
             }
@@ -117,7 +126,7 @@ pub fn compare_dir(dir: &Path, hardware: Option<&str>) -> Result<Vec<Comparison>
 pub fn run(a: Args) -> Result<(), CliError> {
     let mut all = Vec::new();
     for d in &a.dirs {
-        all.extend(compare_dir(d, a.hardware.as_deref())?);
+        all.extend(compare_dir(d, a.hardware.as_deref(), !a.no_interference)?);
     }
     let mut json = serde_json::to_string_pretty(&serde_json::json!({
         "version": 1,

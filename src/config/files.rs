@@ -41,7 +41,25 @@ pub struct HardwareFile {
     pub description: String,
     pub gpu: GpuFile,
     pub comm: CommFile,
+    /// How communication slows compute on the same GPU; absent: not modelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interference: Option<InterferenceFile>,
     pub topology: TopologyFile,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InterferenceFile {
+    pub comm_ctas_per_op: i64,
+    pub max_comm_ctas: i64,
+    #[serde(default = "one_f")]
+    pub gemm_slowdown_beside_transfer: f64,
+    #[serde(default = "one_f")]
+    pub memory_op_slowdown_beside_gemm: f64,
+}
+
+fn one_f() -> f64 {
+    1.0
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -174,6 +192,16 @@ pub struct ScenarioFile {
     pub dtype: String,
     pub parallel: ParallelFile,
     pub strategies: Vec<String>,
+    /// `nccl` (send/recv kernels holding SMs) or `copy` (copy engines).
+    #[serde(default = "default_transport")]
+    pub transport: String,
+    /// Model compute slowdown beside communication (where the profile gives parameters).
+    #[serde(default = "yes")]
+    pub interference: bool,
+}
+
+fn default_transport() -> String {
+    "nccl".into()
 }
 
 fn default_workload() -> String {

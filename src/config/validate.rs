@@ -155,11 +155,42 @@ pub fn hardware_from_file(file: &str, h: HardwareFile) -> R<Hardware> {
             h.comm.message_latency_us,
         )? * 1e-6,
     };
+    let interference = match &h.interference {
+        None => None,
+        Some(i) => {
+            let ctas = positive(file, "interference.comm_ctas_per_op", i.comm_ctas_per_op)?;
+            let max = positive(file, "interference.max_comm_ctas", i.max_comm_ctas)?;
+            let slow = |key: &str, v: f64| -> R<f64> {
+                if !(v.is_finite() && v >= 1.0) {
+                    return Err(ConfigError::invalid(
+                        file,
+                        key,
+                        v,
+                        "must be a finite slowdown ≥ 1",
+                    ));
+                }
+                Ok(v)
+            };
+            Some(InterferenceParams {
+                comm_ctas_per_op: ctas,
+                max_comm_ctas: max,
+                gemm_slowdown_beside_transfer: slow(
+                    "interference.gemm_slowdown_beside_transfer",
+                    i.gemm_slowdown_beside_transfer,
+                )?,
+                memory_op_slowdown_beside_gemm: slow(
+                    "interference.memory_op_slowdown_beside_gemm",
+                    i.memory_op_slowdown_beside_gemm,
+                )?,
+            })
+        }
+    };
     let topology = topology_from_file(file, &h.name, &h.topology)?;
     Ok(Hardware {
         name: h.name,
         gpu,
         comm,
+        interference,
         topology,
     })
 }
@@ -483,6 +514,14 @@ pub fn scenario_from_file(
             strategies.push(st);
         }
     }
+    let transport = Transport::parse(&s.transport).ok_or_else(|| {
+        ConfigError::invalid(
+            &at("transport"),
+            "transport",
+            &s.transport,
+            "unknown transport (known: nccl, copy)",
+        )
+    })?;
     let name = if s.name.is_empty() {
         PresetKind::Scenario.name().to_string()
     } else {
@@ -498,5 +537,7 @@ pub fn scenario_from_file(
         dtype,
         workload,
         strategies,
+        transport,
+        interference: s.interference,
     })
 }

@@ -62,6 +62,47 @@ pub fn gemm_cost(
 }
 
 fn model_cost(gpu: &GpuSpec, peak: f64, m: u64, n: u64, k: u64, dtype: DType) -> GemmCost {
+    model_cost_on(gpu, gpu.sm_count, peak, m, n, k, dtype)
+}
+
+/// How many times longer a GEMM takes when only `sms` of the GPU's SMs are free for it
+/// (the others held by communication kernels): the model's time on `sms` SMs over its
+/// time on all of them. Each SM keeps its own rate; what changes is the number of waves,
+/// so a GEMM of exactly one wave that loses a single SM needs two. 1 when nothing is
+/// lost; `sms` is clamped to 1 ..= the SM count.
+pub fn gemm_sm_slowdown(
+    gpu: &GpuSpec,
+    m: u64,
+    n: u64,
+    k: u64,
+    dtype: DType,
+    sms: u64,
+) -> Result<f64, CostError> {
+    let peak = gpu.peak(dtype).ok_or_else(|| CostError::NoPeak {
+        gpu: gpu.name.clone(),
+        dtype,
+    })?;
+    let all = gpu.sm_count.max(1);
+    let sms = sms.clamp(1, all);
+    if sms == all {
+        return Ok(1.0);
+    }
+    let full = model_cost_on(gpu, all, peak, m, n, k, dtype).total;
+    if full <= 0.0 {
+        return Ok(1.0);
+    }
+    Ok(model_cost_on(gpu, sms, peak, m, n, k, dtype).total / full)
+}
+
+fn model_cost_on(
+    gpu: &GpuSpec,
+    sms: u64,
+    peak: f64,
+    m: u64,
+    n: u64,
+    k: u64,
+    dtype: DType,
+) -> GemmCost {
     if m == 0 || n == 0 || k == 0 {
         return GemmCost {
             tiles: 0,
@@ -74,7 +115,7 @@ fn model_cost(gpu: &GpuSpec, peak: f64, m: u64, n: u64, k: u64, dtype: DType) ->
     }
     let p = &gpu.gemm;
     let tiles = m.div_ceil(p.tile_m).saturating_mul(n.div_ceil(p.tile_n));
-    let waves = tiles.div_ceil(gpu.sm_count.max(1));
+    let waves = tiles.div_ceil(sms.max(1));
     let kf = k as f64;
     let eff = p.efficiency * kf / (kf + p.k_half);
     let per_sm = peak / gpu.sm_count.max(1) as f64;

@@ -26,6 +26,10 @@ pub struct ScenarioSummary {
     pub seq: u64,
     pub tokens: u64,
     pub dtype: String,
+    pub transport: String,
+    /// Whether compute was slowed by communication beside it (the scenario asked for it
+    /// and the profile has parameters).
+    pub interference: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -55,7 +59,13 @@ pub fn summary(sc: &Scenario) -> ScenarioSummary {
         seq: sc.seq,
         tokens: sc.tokens(),
         dtype: sc.dtype.name().into(),
+        transport: sc.transport.name().into(),
+        interference: interference_on(sc),
     }
+}
+
+fn interference_on(sc: &Scenario) -> bool {
+    sc.interference && sc.hardware.interference.is_some()
 }
 
 /// Round to 1 ps so printed figures do not carry float noise.
@@ -111,7 +121,7 @@ pub fn json(sc: &Scenario, run: &ScenarioRun) -> String {
 
 pub fn table(sc: &Scenario, run: &ScenarioRun) -> String {
     let mut out = format!(
-        "scenario {}: {} of {} on {}, tp={}, {}x{} tokens, {}\n",
+        "scenario {}: {} of {} on {}, tp={}, {}x{} tokens, {}, {} transport, interference {}\n",
         sc.name,
         sc.workload.name(),
         sc.model.name,
@@ -119,7 +129,9 @@ pub fn table(sc: &Scenario, run: &ScenarioRun) -> String {
         sc.parallel.tp,
         sc.batch,
         sc.seq,
-        sc.dtype
+        sc.dtype,
+        sc.transport,
+        if interference_on(sc) { "on" } else { "off" }
     );
     let header = [
         "strategy",

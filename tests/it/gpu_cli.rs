@@ -29,7 +29,8 @@ fn fake_run_dir(dir: &Path, scale: f64) {
             "strategies": ["sequential", "flash"]
         },
         "emulate_rank": null,
-        "stand_in": null
+        "stand_in": null,
+        "transport": "nccl"
     });
     std::fs::write(dir.join("run.json"), run.to_string()).unwrap();
     for s in ["sequential", "flash"] {

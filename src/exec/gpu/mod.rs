@@ -71,32 +71,7 @@ pub fn nccl_unique_id() -> Result<[u8; 128], GpuError> {
     }
 }
 
-/// How a transfer moves between ranks on the GPU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Transport {
-    /// The receiver pulls the region with a device or peer copy (copy engines, no SMs).
-    #[default]
-    CopyEngine,
-    /// NCCL send/recv (SM kernels), one group per transfer. In a one-rank plan (an
-    /// emulated rank), local stand-in copies run as NCCL sends to self.
-    Nccl,
-}
-
-impl Transport {
-    pub fn name(self) -> &'static str {
-        match self {
-            Transport::CopyEngine => "copy",
-            Transport::Nccl => "nccl",
-        }
-    }
-    pub fn parse(s: &str) -> Option<Transport> {
-        match s {
-            "copy" | "ce" | "copy-engine" => Some(Transport::CopyEngine),
-            "nccl" => Some(Transport::Nccl),
-            _ => None,
-        }
-    }
-}
+pub use crate::scenario::Transport;
 
 /// How to run.
 #[derive(Debug, Clone, PartialEq)]

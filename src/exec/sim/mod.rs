@@ -12,14 +12,16 @@
 //! per hop), then drains its bytes as a flow at its max-min fair share of every link on
 //! its route; compute ops take the cost model's time.
 
+mod interference;
 mod network;
 mod queue;
 
 use crate::cost::{self, CostError};
 use crate::fasthash::IntMap;
 use crate::plan::{LaunchId, NO_PARTNER, OpId, OpKind, Plan};
-use crate::scenario::Hardware;
+use crate::scenario::{Hardware, InterferenceParams, Scenario, Transport};
 use crate::topology::{Router, TopologyError};
+use interference::InterferenceState;
 use network::Network;
 use ordered_float::NotNan;
 use queue::RadixQueue;
@@ -49,13 +51,15 @@ pub enum SimError {
     },
 }
 
-/// What a run records beyond op times, and how far it may go.
+/// What a run records beyond op times, which effects it models, and how far it may go.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimOptions {
     /// Record one span per link per transfer (for per-link timelines).
     pub record_links: bool,
     /// Refuse to process more events than this.
     pub max_events: u64,
+    /// Slow compute beside communication; `None`: compute runs at its cost-model time.
+    pub interference: Option<Interference>,
 }
 
 impl Default for SimOptions {
@@ -63,8 +67,31 @@ impl Default for SimOptions {
         SimOptions {
             record_links: true,
             max_events: 2_000_000_000,
+            interference: None,
         }
     }
+}
+
+impl SimOptions {
+    /// These options with the effects the scenario asks for: interference when the
+    /// scenario turns it on and its hardware profile has parameters for it.
+    pub fn for_scenario(mut self, sc: &Scenario) -> SimOptions {
+        self.interference = match (&sc.hardware.interference, sc.interference) {
+            (Some(p), true) => Some(Interference {
+                params: p.clone(),
+                transport: sc.transport,
+            }),
+            _ => None,
+        };
+        self
+    }
+}
+
+/// The interference model of a run: the profile's parameters and the transport.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Interference {
+    pub params: InterferenceParams,
+    pub transport: Transport,
 }
 
 /// A transfer's occupancy of one link.
@@ -96,6 +123,9 @@ pub struct SimResult {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Ev {
     OpDone(OpId),
+    /// A compute op's completion under interference, with the version it was scheduled
+    /// at (stale once the op's rate changed).
+    ComputeDone(OpId, u32),
     FlowStart(u32),
     FlowDone(u32, u32),
 }
@@ -140,6 +170,8 @@ struct Engine<'p> {
     routes: IntMap<(u32, u32), (u32, u32, f64)>,
     router: Router<'p>,
     link_spans: Vec<LinkSpan>,
+    interference: Option<InterferenceState>,
+    resched: Vec<interference::Reschedule>,
 }
 
 /// Run `plan` on `hw`; rank r runs on GPU r of the topology.
@@ -228,7 +260,35 @@ impl<'p> Engine<'p> {
             routes: IntMap::default(),
             router: Router::new(&hw.topology),
             link_spans: Vec::new(),
+            interference: opts
+                .interference
+                .clone()
+                .map(|m| InterferenceState::new(m, plan.ranks as usize, plan.op_count())),
+            resched: Vec::new(),
         })
+    }
+
+    /// Re-rate `rank`'s running compute ops after its interference state changed.
+    fn refresh(&mut self, rank: u32) -> Result<(), SimError> {
+        let Some(st) = self.interference.as_mut() else {
+            return Ok(());
+        };
+        let times = &self.times;
+        let mut out = std::mem::take(&mut self.resched);
+        st.refresh(
+            &self.hw.gpu,
+            self.plan,
+            rank,
+            self.now,
+            |op| times[op as usize].end,
+            &mut out,
+        )?;
+        for &(op, at, v) in &out {
+            self.schedule(at, Ev::ComputeDone(op, v), op)?;
+        }
+        out.clear();
+        self.resched = out;
+        Ok(())
     }
 
     fn schedule(&mut self, at: f64, ev: Ev, op: OpId) -> Result<(), SimError> {
@@ -261,6 +321,15 @@ impl<'p> Engine<'p> {
             self.now = queue::time_of(key);
             match ev {
                 Ev::OpDone(op) => self.op_done(op)?,
+                Ev::ComputeDone(op, v) => {
+                    let st = self.interference.as_mut().expect("interference on");
+                    if st.current(op, v) {
+                        st.compute_done(self.plan, op);
+                        let rank = self.plan.ops[op as usize].rank;
+                        self.op_done(op)?;
+                        self.refresh(rank)?;
+                    }
+                }
                 Ev::FlowStart(f) => self.flow_start(f)?,
                 Ev::FlowDone(f, v) => {
                     let fl = &self.net.flows[f as usize];
@@ -296,19 +365,56 @@ impl<'p> Engine<'p> {
 
     fn start_launch(&mut self, l: LaunchId) -> Result<(), SimError> {
         let plan = self.plan;
+        let mut changed = false;
         for &op in plan.launch_ops(l) {
             let t = &mut self.times[op as usize];
             t.start = self.now;
             let d = t.end;
             if d == COMM {
+                if let Some(st) = self.interference.as_mut()
+                    && st.holds_sms()
+                {
+                    st.posted(plan.ops[op as usize].rank, 1);
+                    changed = true;
+                }
                 // A send or recv is posted once it has a start time.
                 let p = plan.partner(op);
                 if p != NO_PARTNER && !self.times[p as usize].start.is_nan() {
                     self.begin_transfer(op, p)?;
                 }
+            } else if let Some(st) = self.interference.as_mut() {
+                st.compute_started(plan, op, self.now);
+                changed = true;
             } else {
                 self.schedule(self.now + d, Ev::OpDone(op), op)?;
             }
+        }
+        if changed {
+            // A launch's ops are all on one rank.
+            let rank = plan.ops[plan.launch_ops(l)[0] as usize].rank;
+            self.refresh(rank)?;
+        }
+        Ok(())
+    }
+
+    /// A transfer from `src` to `dst` started (`+1`) or stopped (`-1`) moving bytes.
+    fn moving(&mut self, f: u32, delta: i32) -> Result<(), SimError> {
+        let Some(st) = self.interference.as_mut() else {
+            return Ok(());
+        };
+        let send = self.transfers[f as usize].send;
+        let recv = self.transfers[f as usize].recv;
+        let (a, b) = (
+            self.plan.ops[send as usize].rank,
+            self.plan.ops[recv as usize].rank,
+        );
+        st.moving(a, delta);
+        if b != a {
+            st.moving(b, delta);
+        }
+        self.refresh(a)?;
+        if b != a {
+            self.refresh(b)?;
         }
         Ok(())
     }
@@ -357,7 +463,8 @@ impl<'p> Engine<'p> {
         self.transfers[f as usize].started = self.now;
         let now = self.now;
         self.net.activate(f, now);
-        self.reschedule_touched()
+        self.reschedule_touched()?;
+        self.moving(f, 1)
     }
 
     /// Schedule the completion of every flow the last re-solve touched.
@@ -397,6 +504,7 @@ impl<'p> Engine<'p> {
         }
         self.net.finish(f, now);
         self.reschedule_touched()?;
+        self.moving(f, -1)?;
         self.transfer_done(f)
     }
 
@@ -410,6 +518,15 @@ impl<'p> Engine<'p> {
     }
 
     fn op_done(&mut self, op: OpId) -> Result<(), SimError> {
+        if self.times[op as usize].end == COMM
+            && let Some(st) = self.interference.as_mut()
+            && st.holds_sms()
+        {
+            let rank = self.plan.ops[op as usize].rank;
+            st.posted(rank, -1);
+            self.times[op as usize].end = self.now;
+            self.refresh(rank)?;
+        }
         self.times[op as usize].end = self.now;
         let l = self.op_launch[op as usize];
         self.done_ops += 1;

@@ -21,6 +21,8 @@ fn close(got: f64, want: f64, what: &str) {
 /// The default scenario on an NVSwitch node whose links have `gbps` per direction.
 fn scenario(tp: u64, gbps: f64, workload: Workload) -> Scenario {
     let mut sc = config::load_scenario("default").unwrap();
+    // The closed forms know nothing of interference.
+    sc.interference = false;
     sc.parallel.tp = tp;
     sc.workload = workload;
     sc.hardware.topology = Topology::nvswitch(
@@ -198,7 +200,10 @@ fn flash_rs_matches_method_in_both_regimes() {
 
 #[test]
 fn default_scenario_ordering_and_exposure() {
-    let sc = config::load_scenario("default").unwrap();
+    // Without interference flash hides all but the last hop; with it (the default) the
+    // slowed GEMMs and adds leave some communication exposed.
+    let mut sc = config::load_scenario("default").unwrap();
+    sc.interference = false;
     let (seq, seq_x) = makespan(&sc, Strategy::Sequential);
     let (chk, _) = makespan(&sc, Strategy::Chunked(4));
     let (fl, fl_x) = makespan(&sc, Strategy::Flash);
@@ -314,6 +319,7 @@ fn event_budget_is_enforced() {
     let opts = SimOptions {
         record_links: false,
         max_events: 10,
+        ..SimOptions::default()
     };
     let e = run_strategy(&sc, Strategy::Flash, &opts).unwrap_err();
     assert!(e.to_string().contains("budget of 10 events"), "{e}");
@@ -397,4 +403,196 @@ fn head_to_head_sends_deadlock_in_the_engine() {
         }
         other => panic!("expected a deadlock, got {other:?}"),
     }
+}
+
+// ---- interference -------------------------------------------------------------------
+
+/// Rank 0 runs one GEMM on its compute stream while, on its comm stream, a send of
+/// `bytes` to rank 1 is posted at t = 0 (rank 1 posts the recv at `recv_at`, behind a
+/// copy of that length). Returns (GEMM start, GEMM end, transfer end).
+fn gemm_beside_send(
+    m: u64,
+    n: u64,
+    bytes: u64,
+    recv_after_bytes: u64,
+    interference: Option<Interference>,
+) -> (f64, f64, f64) {
+    let mut hw = config::load_hardware("h100-sxm-8", None).unwrap();
+    hw.comm.message_latency = 0.0;
+    let mut b = PlanBuilder::new(2);
+    b.site("x");
+    let t = OpTag {
+        site: 0,
+        step: 0,
+        slice: 0,
+    };
+    let c0 = b.stream(0, "compute", StreamKind::Compute);
+    let s0 = b.stream(0, "comm", StreamKind::Comm);
+    let s1 = b.stream(1, "comm", StreamKind::Comm);
+    let g = b
+        .single(
+            c0,
+            OpKind::Gemm {
+                m,
+                n,
+                k: 4096,
+                dtype: crate::scenario::DType::Bf16,
+            },
+            &[],
+            t,
+        )
+        .unwrap();
+    let tag = b.msg_tag();
+    let send = b
+        .single(
+            s0,
+            OpKind::Send {
+                peer: 1,
+                bytes,
+                tag,
+            },
+            &[],
+            t,
+        )
+        .unwrap();
+    let delay = b
+        .single(
+            s1,
+            OpKind::Copy {
+                bytes: recv_after_bytes,
+            },
+            &[],
+            t,
+        )
+        .unwrap();
+    b.single(
+        s1,
+        OpKind::Recv {
+            peer: 0,
+            bytes,
+            tag,
+            accumulate: false,
+        },
+        &[delay],
+        t,
+    )
+    .unwrap();
+    let plan = b.finish().unwrap();
+    let opts = SimOptions {
+        interference,
+        ..SimOptions::default()
+    };
+    let r = simulate(&plan, &hw, &opts).unwrap();
+    let (gt, st) = (r.times[g as usize], r.times[send as usize]);
+    (gt.start, gt.end, st.end)
+}
+
+fn model(transport: Transport, ctas: u64, gemm_slow: f64, mem_slow: f64) -> Option<Interference> {
+    Some(Interference {
+        params: InterferenceParams {
+            comm_ctas_per_op: ctas,
+            max_comm_ctas: 32,
+            gemm_slowdown_beside_transfer: gemm_slow,
+            memory_op_slowdown_beside_gemm: mem_slow,
+        },
+        transport,
+    })
+}
+
+#[test]
+fn one_wave_gemm_under_an_sm_holding_transport_takes_two_waves() {
+    // 11 × 12 = 132 tiles of 128 × 256: exactly one wave on H100's 132 SMs.
+    let (m, n) = (11 * 128, 12 * 256);
+    let hw = config::load_hardware("h100-sxm-8", None).unwrap();
+    let c = crate::cost::gemm_cost(&hw.gpu, m, n, 4096, crate::scenario::DType::Bf16).unwrap();
+    assert_eq!(c.waves, 1);
+    // The send is posted for the GEMM's whole life (its recv comes much later).
+    let later = 1 << 34;
+    let (s, e, _) = gemm_beside_send(m, n, 1 << 20, later, None);
+    close(e - s, c.total, "alone");
+    // 24 CTAs (the published 24-CTA all-gather) leave 108 SMs: two waves.
+    let (s2, e2, _) = gemm_beside_send(m, n, 1 << 20, later, model(Transport::Nccl, 24, 1.0, 1.0));
+    let launch = hw.gpu.gemm.launch;
+    close(e2 - s2, launch + 2.0 * c.compute, "two waves");
+    // Copy engines hold no SMs: one wave.
+    let (s3, e3, _) = gemm_beside_send(
+        m,
+        n,
+        1 << 20,
+        later,
+        model(Transport::CopyEngine, 24, 1.0, 1.0),
+    );
+    close(e3 - s3, c.total, "copy engine");
+}
+
+#[test]
+fn a_rate_change_mid_run_keeps_the_work_done() {
+    // A GEMM of duration d; the transfer starts moving bytes at t0 (behind rank 1's copy)
+    // and outlasts it, slowing the GEMM by 1.5 from then on: end = t0 + (d - t0) · 1.5.
+    let (m, n) = (8192, 8192);
+    let hw = config::load_hardware("h100-sxm-8", None).unwrap();
+    let d = gemm_time(&hw.gpu, m, n, 4096, crate::scenario::DType::Bf16).unwrap();
+    let copy_bytes = 200_000_000;
+    let t0 = elementwise_time(&hw.gpu, 2 * copy_bytes);
+    assert!(t0 < d);
+    let m_ = model(Transport::CopyEngine, 8, 1.5, 1.0);
+    let (s, e, x) = gemm_beside_send(m, n, 40_000_000_000, copy_bytes, m_);
+    assert_eq!(s, 0.0);
+    assert!(x > e, "the transfer outlasts the GEMM");
+    close(e, t0 + (d - t0) * 1.5, "GEMM end");
+}
+
+#[test]
+fn interference_off_or_neutral_reproduces_the_core_numbers_exactly() {
+    let sc = config::load_scenario("default").unwrap();
+    assert!(sc.interference && sc.hardware.interference.is_some());
+    let mut off = sc.clone();
+    off.interference = false;
+    let mut neutral = sc.clone();
+    neutral.transport = Transport::CopyEngine;
+    let p = neutral.hardware.interference.as_mut().unwrap();
+    p.gemm_slowdown_beside_transfer = 1.0;
+    p.memory_op_slowdown_beside_gemm = 1.0;
+    for s in [Strategy::Sequential, Strategy::Chunked(4), Strategy::Flash] {
+        let base = SimOptions::default();
+        let core = {
+            let plan = crate::strategy::build(&sc, sc.workload, s).unwrap();
+            simulate(&plan, &sc.hardware, &base).unwrap().times
+        };
+        for v in [&off, &neutral] {
+            let r = run_strategy(v, s, &base).unwrap();
+            let plan = crate::strategy::build(v, v.workload, s).unwrap();
+            let t = simulate(&plan, &v.hardware, &base.clone().for_scenario(v))
+                .unwrap()
+                .times;
+            assert_eq!(t, core, "{s}");
+            assert!(r.metrics.makespan > 0.0);
+        }
+        // On (the profile's numbers): never faster than the core.
+        let on = run_strategy(&sc, s, &base).unwrap().metrics.makespan;
+        let core_ms = run_strategy(&off, s, &base).unwrap().metrics.makespan;
+        assert!(on >= core_ms, "{s}: {on} < {core_ms}");
+    }
+}
+
+#[test]
+fn memory_op_beside_a_gemm_runs_slower() {
+    // The Flash-RS add on the comm stream runs beside the next GEMM: with the
+    // slowdown on, the flash MLP's adds take longer than their cost-model time.
+    let sc = config::load_scenario("default").unwrap();
+    let plan = crate::strategy::build(&sc, sc.workload, Strategy::Flash).unwrap();
+    let opts = SimOptions::default().for_scenario(&sc);
+    let r = simulate(&plan, &sc.hardware, &opts).unwrap();
+    let mut slowed = 0;
+    for (i, o) in plan.ops.iter().enumerate() {
+        if let OpKind::Elementwise { bytes, .. } = o.kind {
+            let t = r.times[i].end - r.times[i].start;
+            let base = elementwise_time(&sc.hardware.gpu, bytes);
+            assert!(t >= base * (1.0 - 1e-9), "never faster");
+            if t > base * 1.5 {
+                slowed += 1;
+            }
+        }
+    }
+    assert!(slowed > 0, "some add ran beside a GEMM");
 }

@@ -3,6 +3,7 @@
 
 mod bench;
 mod calibrate;
+mod collective;
 mod list;
 mod run;
 mod simulate;
@@ -48,6 +49,9 @@ pub enum Command {
     /// Compare predicted and measured timelines of `run --out` directories (per op class
     /// and makespan); `--hardware` predicts them again with another profile.
     Validate(validate::Args),
+    /// Simulate one collective over a range of sizes on a hardware profile and print it
+    /// the way nccl-tests prints measurements (time, algbw, busbw).
+    Collective(collective::Args),
     /// Measure the simulator's own speed (events/s, wall time) on fixed cases.
     Bench(bench::Args),
 }
@@ -112,6 +116,7 @@ pub fn main() -> ExitCode {
         Command::Run(a) => run::run(*a),
         Command::Calibrate(a) => calibrate::run(a),
         Command::Validate(a) => validate::run(a),
+        Command::Collective(a) => collective::run(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

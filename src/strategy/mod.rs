@@ -7,6 +7,7 @@
 //! N (one per rank, block j = rank j's rows) for `flash` — and a following site consumes
 //! the blocks the previous one produced, so the MLP block is a composition of the two.
 
+pub mod collective;
 mod sites;
 
 pub use sites::{Blocks, RankStreams, block_region};

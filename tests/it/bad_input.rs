@@ -56,6 +56,12 @@ fn sim(extra: &[&str]) -> Vec<String> {
     v
 }
 
+fn coll(extra: &[&str]) -> Vec<String> {
+    let mut v = vec!["collective".to_string()];
+    v.extend(extra.iter().map(|s| s.to_string()));
+    v
+}
+
 fn cases(d: &Path) -> Vec<Case> {
     let s = |x: &str| x.to_string();
     let hw_zero = write(
@@ -76,6 +82,32 @@ fn cases(d: &Path) -> Vec<Case> {
              devices = [{{name = \"g0\", kind = \"gpu\"}}, {{name = \"g1\", kind = \"gpu\"}},\n\
                         {{name = \"g2\", kind = \"gpu\"}}, {{name = \"g3\", kind = \"gpu\"}}]\n\
              links = [{{from = \"g0\", to = \"g1\", gbps = 100.0}}, {{from = \"g2\", to = \"g3\", gbps = 100.0}}]\n"
+        ),
+    );
+    let custom = |name: &str, links: &str| {
+        write(
+            d,
+            name,
+            &format!(
+                "{HW}kind = \"custom\"\n\
+                 devices = [{{name = \"g0\", kind = \"gpu\"}}, {{name = \"g1\", kind = \"gpu\"}}]\n\
+                 links = [{links}]\n"
+            ),
+        )
+    };
+    let hw_unknown_dev = custom(
+        "unknown-dev.toml",
+        "{from = \"g0\", to = \"g9\", gbps = 100.0}",
+    );
+    let hw_self = custom("self.toml", "{from = \"g1\", to = \"g1\", gbps = 100.0}");
+    let hw_interf = write(
+        d,
+        "interf.toml",
+        &HW.replace(
+            "[topology]",
+            "[interference]\ncomm_ctas_per_op = 8\nmax_comm_ctas = 32\n\
+             memory_op_slowdown_beside_gemm = 0.5\n[topology]\nkind = \"nvswitch\"\ngpus = 8\n\
+             link_gbps = 100.0\n",
         ),
     );
     let syntax = write(d, "syntax.toml", "model = \"default-block\"\nbatch = = 3\n");
@@ -182,6 +214,58 @@ fn cases(d: &Path) -> Vec<Case> {
             args: sim(&["--dtype", "int4"]),
             code: 2,
             says: vec![s("dtype"), s("int4")],
+        },
+        Case {
+            name: "a link to a device the topology does not define",
+            args: sim(&["--hardware", &hw_unknown_dev]),
+            code: 2,
+            says: vec![hw_unknown_dev.clone(), s("g9"), s("does not define")],
+        },
+        Case {
+            name: "a link from a device to itself",
+            args: sim(&["--hardware", &hw_self]),
+            code: 2,
+            says: vec![hw_self.clone(), s("g1"), s("to itself")],
+        },
+        Case {
+            name: "an interference slowdown below 1",
+            args: sim(&["--hardware", &hw_interf]),
+            code: 2,
+            says: vec![
+                hw_interf.clone(),
+                s("interference.memory_op_slowdown_beside_gemm"),
+                s("0.5"),
+            ],
+        },
+        Case {
+            name: "unknown transport",
+            args: sim(&["--transport", "pigeon"]),
+            code: 2,
+            says: vec![s("--transport"), s("pigeon"), s("nccl, copy")],
+        },
+        Case {
+            name: "collective: unknown op",
+            args: coll(&["--op", "all-shuffle"]),
+            code: 2,
+            says: vec![s("--op"), s("all-shuffle"), s("all-reduce")],
+        },
+        Case {
+            name: "collective: an algorithm the op does not have",
+            args: coll(&["--op", "all-to-all", "--algorithm", "ring"]),
+            code: 2,
+            says: vec![s("all-to-all"), s("ring"), s("pairwise, direct")],
+        },
+        Case {
+            name: "collective: more ranks than the topology holds",
+            args: coll(&["--ranks", "16"]),
+            code: 2,
+            says: vec![s("--ranks"), s("8 GPUs"), s("16 ranks")],
+        },
+        Case {
+            name: "collective: a size with an unknown unit",
+            args: coll(&["--sizes", "1KiB:1XB"]),
+            code: 2,
+            says: vec![s("--sizes"), s("1XB"), s("unknown unit")],
         },
         Case {
             name: "unwritable trace path",

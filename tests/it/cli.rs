@@ -153,3 +153,56 @@ fn list_shows_every_preset() {
         assert!(t.contains(p.name), "{}", p.name);
     }
 }
+
+#[test]
+fn collective_prints_an_nccl_tests_table() {
+    let t = stdout(&[
+        "collective",
+        "--op",
+        "all-gather",
+        "--sizes",
+        "1KiB:1GiB",
+        "--factor",
+        "32",
+    ]);
+    insta::assert_snapshot!("collective_table", t);
+}
+
+#[test]
+fn collective_json_and_csv_agree_and_busbw_follows_nccl_tests() {
+    let args = [
+        "collective",
+        "--op",
+        "all-reduce",
+        "--sizes",
+        "1MiB,64MiB,1GiB",
+    ];
+    let j: serde_json::Value =
+        serde_json::from_str(&stdout(&[&args[..], &["--format", "json"]].concat())).unwrap();
+    assert_eq!(j["format"], "flashoverlap-collective");
+    assert_eq!(j["ranks"], 8);
+    let rows = j["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 3);
+    let csv = stdout(&[&args[..], &["--format", "csv"]].concat());
+    let mut lines = csv.lines();
+    assert_eq!(
+        lines.next(),
+        Some("size_B,count,type,time_us,algbw_GB/s,busbw_GB/s")
+    );
+    for (row, line) in rows.iter().zip(lines) {
+        let f: Vec<f64> = line.split(',').filter_map(|x| x.parse().ok()).collect();
+        let size = row["size_bytes"].as_f64().unwrap();
+        let t = row["time_us"].as_f64().unwrap();
+        let algbw = row["algbw_GB/s"].as_f64().unwrap();
+        let busbw = row["busbw_GB/s"].as_f64().unwrap();
+        assert_eq!(f, vec![size, size / 4.0, t, algbw, busbw]);
+        assert!((algbw - size / (t * 1e-6) / 1e9).abs() < 1e-3 * algbw.max(1.0));
+        assert!((busbw - algbw * 2.0 * 7.0 / 8.0).abs() < 1e-5 * busbw.max(1.0));
+    }
+    // Bigger messages get closer to the link rate.
+    let bw: Vec<f64> = rows
+        .iter()
+        .map(|r| r["busbw_GB/s"].as_f64().unwrap())
+        .collect();
+    assert!(bw[0] < bw[1] && bw[1] < bw[2], "{bw:?}");
+}

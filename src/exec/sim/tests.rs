@@ -596,3 +596,123 @@ fn memory_op_beside_a_gemm_runs_slower() {
     }
     assert!(slowed > 0, "some add ran beside a GEMM");
 }
+
+// ---- stand-alone collectives ------------------------------------------------------------
+
+fn collective_time(
+    hw: &crate::scenario::Hardware,
+    op: crate::strategy::collective::CollectiveOp,
+    algorithm: crate::strategy::collective::Algorithm,
+    ranks: u32,
+    bytes: u64,
+) -> f64 {
+    let plan = crate::strategy::collective::build(&crate::strategy::collective::CollectiveSpec {
+        op,
+        algorithm,
+        ranks,
+        bytes,
+        chunks: 1,
+    })
+    .unwrap();
+    let r = simulate(&plan, hw, &SimOptions::default()).unwrap();
+    r.times.iter().map(|t| t.end).fold(0.0, f64::max)
+}
+
+#[test]
+fn collective_closed_forms_per_topology() {
+    use crate::strategy::collective::{Algorithm as A, CollectiveOp as C};
+    let mut hw = config::load_hardware("h100-sxm-8", None).unwrap();
+    let (bw, lat) = (370e9, 0.5e-6);
+    let alpha = hw.comm.message_latency;
+    let n = 8u64;
+    let s = 1u64 << 30;
+    let piece = (s / n) as f64;
+    // NVSwitch: every message crosses two links (2·lat).
+    let ring = (n - 1) as f64 * (alpha + 2.0 * lat + piece / bw);
+    close(
+        collective_time(&hw, C::AllGather, A::Ring, 8, s),
+        ring,
+        "nvswitch ring AG",
+    );
+    close(
+        collective_time(&hw, C::ReduceScatter, A::Ring, 8, s),
+        ring,
+        "nvswitch ring RS",
+    );
+    close(
+        collective_time(&hw, C::AllReduce, A::Ring, 8, s),
+        2.0 * ring,
+        "nvswitch ring AR",
+    );
+    // Direct: the N − 1 messages of a rank share its port (contention).
+    let direct = alpha + 2.0 * lat + (n - 1) as f64 * piece / bw;
+    close(
+        collective_time(&hw, C::AllGather, A::Direct, 8, s),
+        direct,
+        "nvswitch direct AG",
+    );
+    close(
+        collective_time(&hw, C::AllToAll, A::Direct, 8, s),
+        direct,
+        "nvswitch direct A2A",
+    );
+    // A plain ring of links: a ring step is one hop.
+    hw.topology = Topology::ring(
+        "r",
+        8,
+        LinkSpec {
+            bandwidth: bw,
+            latency: lat,
+        },
+    )
+    .unwrap();
+    let ring1 = (n - 1) as f64 * (alpha + lat + piece / bw);
+    close(
+        collective_time(&hw, C::AllGather, A::Ring, 8, s),
+        ring1,
+        "ring-topology ring AG",
+    );
+    // sendrecv on the ring: one hop, the whole buffer.
+    close(
+        collective_time(&hw, C::SendRecv, A::Direct, 8, s),
+        alpha + lat + s as f64 / bw,
+        "ring-topology sendrecv",
+    );
+}
+
+#[test]
+fn pcie_cross_socket_all_gather_is_bottlenecked_by_the_socket_link() {
+    use crate::strategy::collective::{Algorithm as A, CollectiveOp as C};
+    let hw = config::load_hardware("a100-pcie-8", None).unwrap();
+    let s = 1u64 << 30;
+    let p = (s / 8) as f64;
+    let socket = 20e9;
+    // Direct: the 16 cross-socket messages of each direction share the socket link, and
+    // it is the tightest link of each of them throughout (their route: 5 links, 6 µs).
+    let t = collective_time(&hw, C::AllGather, A::Direct, 8, s);
+    close(
+        t,
+        hw.comm.message_latency + 6e-6 + 16.0 * p / socket,
+        "direct AG over the socket link",
+    );
+    // Ring: each step has one crossing per direction; the slowest hop is the socket link.
+    let t = collective_time(&hw, C::AllGather, A::Ring, 8, s);
+    close(
+        t,
+        7.0 * (hw.comm.message_latency + 6e-6 + p / socket),
+        "ring AG over the socket link",
+    );
+}
+
+#[test]
+fn large_ring_all_reduce_busbw_on_h100_sxm_8_is_in_the_published_range() {
+    // NVIDIA/nccl-tests#212 (S. Jeaugey, NCCL maintainer): NCCL reaches an effective
+    // NVLink bandwidth of ~370 GB/s on 8 H100s, observed as busbw of a ring all-reduce
+    // (NCCL_ALGO=RING); NVLink SHARP (not modelled) reaches ~480 GB/s.
+    use crate::strategy::collective::{Algorithm as A, CollectiveOp as C};
+    let hw = config::load_hardware("h100-sxm-8", None).unwrap();
+    let s = 8u64 << 30;
+    let t = collective_time(&hw, C::AllReduce, A::Ring, 8, s);
+    let busbw = s as f64 / t * C::AllReduce.busbw_factor(8) / 1e9;
+    assert!((340.0..=380.0).contains(&busbw), "busbw {busbw:.1} GB/s");
+}

@@ -1,0 +1,546 @@
+//! Stand-alone collectives as Plans, for `flashoverlap collective` (nccl-tests style).
+//!
+//! Sizes follow nccl-tests: `bytes` is the per-rank buffer of an all-reduce, the gathered
+//! output of an all-gather, the scattered input of a reduce-scatter, the per-rank send
+//! buffer of an all-to-all (`bytes / N` to each peer) and what each rank sends in a
+//! sendrecv (rank r to r + 1). Uneven splits give the first parts one byte more, so every
+//! byte is moved exactly once per step that moves it.
+//!
+//! Reductions are fused into the transfers (as NCCL does in its kernels): no separate add
+//! op. `chunks` cuts the data into that many independent parts, each on its own stream
+//! per rank (NCCL channels); they share links max-min fairly. For `tree` the chunks are
+//! instead pipelined down and up the trees.
+
+use super::StrategyError;
+use crate::plan::{OpId, OpKind, OpTag, Plan, PlanBuilder, PlanError, StreamId, StreamKind};
+use std::fmt;
+
+/// Which collective.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CollectiveOp {
+    AllGather,
+    ReduceScatter,
+    AllReduce,
+    AllToAll,
+    SendRecv,
+}
+
+impl CollectiveOp {
+    pub const ALL: [CollectiveOp; 5] = [
+        CollectiveOp::AllGather,
+        CollectiveOp::ReduceScatter,
+        CollectiveOp::AllReduce,
+        CollectiveOp::AllToAll,
+        CollectiveOp::SendRecv,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CollectiveOp::AllGather => "all-gather",
+            CollectiveOp::ReduceScatter => "reduce-scatter",
+            CollectiveOp::AllReduce => "all-reduce",
+            CollectiveOp::AllToAll => "all-to-all",
+            CollectiveOp::SendRecv => "sendrecv",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<CollectiveOp> {
+        CollectiveOp::ALL.into_iter().find(|o| o.name() == s)
+    }
+
+    /// nccl-tests' bus-bandwidth factor: busbw = algbw × factor.
+    pub fn busbw_factor(self, ranks: u32) -> f64 {
+        let n = ranks as f64;
+        match self {
+            CollectiveOp::AllReduce => 2.0 * (n - 1.0) / n,
+            CollectiveOp::AllGather | CollectiveOp::ReduceScatter | CollectiveOp::AllToAll => {
+                (n - 1.0) / n
+            }
+            CollectiveOp::SendRecv => 1.0,
+        }
+    }
+
+    /// The algorithms this collective has, the first being the default.
+    pub fn algorithms(self) -> &'static [Algorithm] {
+        match self {
+            CollectiveOp::AllGather | CollectiveOp::ReduceScatter => {
+                &[Algorithm::Ring, Algorithm::Direct, Algorithm::Pairwise]
+            }
+            CollectiveOp::AllReduce => &[
+                Algorithm::Ring,
+                Algorithm::Tree,
+                Algorithm::Direct,
+                Algorithm::Pairwise,
+            ],
+            CollectiveOp::AllToAll => &[Algorithm::Pairwise, Algorithm::Direct],
+            CollectiveOp::SendRecv => &[Algorithm::Direct],
+        }
+    }
+}
+
+impl fmt::Display for CollectiveOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How a collective is decomposed into point-to-point messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Algorithm {
+    /// N − 1 steps around the ring, each rank sending to r + 1 (all-reduce: a
+    /// reduce-scatter then an all-gather, 2(N − 1) steps).
+    Ring,
+    /// Every message at once: one group per rank of N − 1 sends and N − 1 receives
+    /// (all-reduce: direct reduce-scatter, then direct all-gather).
+    Direct,
+    /// Decomposed P2P: N − 1 steps, step i exchanging with r + i and r − i (the
+    /// Flash-Overlap decomposition; all-reduce: pairwise reduce-scatter then all-gather).
+    Pairwise,
+    /// All-reduce over NCCL's double binary tree (a heap-ordered binary tree and its
+    /// mirror, half the data each), reduce up and broadcast down, chunks pipelined.
+    Tree,
+}
+
+impl Algorithm {
+    pub const ALL: [Algorithm; 4] = [
+        Algorithm::Ring,
+        Algorithm::Direct,
+        Algorithm::Pairwise,
+        Algorithm::Tree,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::Ring => "ring",
+            Algorithm::Direct => "direct",
+            Algorithm::Pairwise => "pairwise",
+            Algorithm::Tree => "tree",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Algorithm> {
+        match s {
+            "p2p" | "decomposed" => Some(Algorithm::Pairwise),
+            _ => Algorithm::ALL.into_iter().find(|a| a.name() == s),
+        }
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One collective to build.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CollectiveSpec {
+    pub op: CollectiveOp,
+    pub algorithm: Algorithm,
+    pub ranks: u32,
+    /// nccl-tests' size, bytes (see the module docs).
+    pub bytes: u64,
+    /// Independent parts (streams) or, for `tree`, pipelined chunks; ≥ 1.
+    pub chunks: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CollectiveError {
+    #[error("{op} has no `{algorithm}` algorithm (it has: {known})")]
+    NoSuchAlgorithm {
+        op: CollectiveOp,
+        algorithm: Algorithm,
+        known: String,
+    },
+    #[error("a collective needs at least 2 ranks, got {0}")]
+    TooFewRanks(u32),
+    #[error("chunks must be at least 1")]
+    NoChunks,
+    #[error(transparent)]
+    Strategy(#[from] StrategyError),
+}
+
+impl From<PlanError> for CollectiveError {
+    fn from(e: PlanError) -> Self {
+        CollectiveError::Strategy(StrategyError::Plan(e))
+    }
+}
+
+/// `total` split into `parts` nearly equal parts, the first ones one larger.
+pub fn split(total: u64, parts: u64) -> Vec<u64> {
+    let (q, r) = (total / parts, total % parts);
+    (0..parts).map(|i| q + u64::from(i < r)).collect()
+}
+
+const TAG: OpTag = OpTag {
+    site: 0,
+    step: 0,
+    slice: 0,
+};
+
+fn tag(step: u64, slice: u64) -> OpTag {
+    OpTag {
+        step: step as u32,
+        slice: slice as u32,
+        ..TAG
+    }
+}
+
+struct Builder {
+    b: PlanBuilder,
+    n: u32,
+}
+
+impl Builder {
+    /// One group launch on `stream` of rank `r`: sends `(to, bytes)` and receives
+    /// `(from, bytes)` (the matching sends' tags in `tags`), after `deps`. Returns the
+    /// recv ops.
+    fn group(
+        &mut self,
+        stream: StreamId,
+        sends: &[(u32, u64, u64)],
+        recvs: &[(u32, u64, u64)],
+        deps: &[OpId],
+        t: OpTag,
+    ) -> Result<Vec<OpId>, PlanError> {
+        let l = self.b.launch(stream);
+        for &(peer, bytes, tag) in sends {
+            self.b.add(l, OpKind::Send { peer, bytes, tag }, deps, t)?;
+        }
+        let mut out = Vec::with_capacity(recvs.len());
+        for &(peer, bytes, tag) in recvs {
+            out.push(self.b.add(
+                l,
+                OpKind::Recv {
+                    peer,
+                    bytes,
+                    tag,
+                    accumulate: false,
+                },
+                deps,
+                t,
+            )?);
+        }
+        Ok(out)
+    }
+
+    fn streams(&mut self, name: &str) -> Vec<StreamId> {
+        (0..self.n)
+            .map(|r| self.b.stream(r, name, StreamKind::Comm))
+            .collect()
+    }
+
+    /// Tags of one step: one per sending rank (and per destination for direct).
+    fn tags(&mut self, count: usize) -> Vec<u64> {
+        (0..count).map(|_| self.b.msg_tag()).collect()
+    }
+
+    /// Ring steps `first..first + steps` of one chunk: at step k rank r sends block
+    /// `block(r, k)` to r + 1 (`sizes[block]` bytes) and receives r − 1's.
+    fn ring(
+        &mut self,
+        streams: &[StreamId],
+        sizes: &[u64],
+        steps: u64,
+        first: u64,
+        c: u64,
+        block: impl Fn(u64, u64) -> u64,
+    ) -> Result<(), PlanError> {
+        let n = self.n as u64;
+        for k in 0..steps {
+            let tags = self.tags(n as usize);
+            for r in 0..n {
+                let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
+                let send = sizes[block(r, k) as usize];
+                let recv = sizes[block(prev, k) as usize];
+                self.group(
+                    streams[r as usize],
+                    &[(next as u32, send, tags[r as usize])],
+                    &[(prev as u32, recv, tags[prev as usize])],
+                    &[],
+                    tag(first + k, c),
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One direct exchange: rank r sends `size(r, j)` bytes to every j ≠ r at once.
+    fn direct(
+        &mut self,
+        streams: &[StreamId],
+        step: u64,
+        c: u64,
+        size: impl Fn(u64, u64) -> u64,
+    ) -> Result<(), PlanError> {
+        let n = self.n as u64;
+        // tags[src][dst]
+        let tags: Vec<Vec<u64>> = (0..n).map(|_| self.tags(n as usize)).collect();
+        for r in 0..n {
+            let others = (1..n).map(|i| (r + i) % n);
+            let sends: Vec<_> = others
+                .clone()
+                .map(|j| (j as u32, size(r, j), tags[r as usize][j as usize]))
+                .collect();
+            let recvs: Vec<_> = others
+                .map(|j| (j as u32, size(j, r), tags[j as usize][r as usize]))
+                .collect();
+            self.group(streams[r as usize], &sends, &recvs, &[], tag(step, c))?;
+        }
+        Ok(())
+    }
+
+    /// Pairwise steps: at step i (1..N) rank r sends `size(r, r + i)` to r + i and
+    /// receives from r − i.
+    fn pairwise(
+        &mut self,
+        streams: &[StreamId],
+        first: u64,
+        c: u64,
+        size: impl Fn(u64, u64) -> u64,
+    ) -> Result<(), PlanError> {
+        let n = self.n as u64;
+        for i in 1..n {
+            let tags = self.tags(n as usize);
+            for r in 0..n {
+                let (to, from) = ((r + i) % n, (r + n - i) % n);
+                self.group(
+                    streams[r as usize],
+                    &[(to as u32, size(r, to), tags[r as usize])],
+                    &[(from as u32, size(from, r), tags[from as usize])],
+                    &[],
+                    tag(first + i - 1, c),
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The double binary tree all-reduce of `bytes`, half on each tree, each half in
+    /// `chunks` pipelined chunks.
+    fn tree(&mut self, bytes: u64, chunks: u64) -> Result<(), PlanError> {
+        let n = self.n as u64;
+        for (t, half) in split(bytes, 2).into_iter().enumerate() {
+            // Tree 0 puts rank p at heap position p, tree 1 at position N − 1 − p.
+            let rank = |p: u64| if t == 0 { p } else { n - 1 - p };
+            let names =
+                ["up-recv", "up-send", "down-recv", "down-send"].map(|s| format!("t{t}-{s}"));
+            let [ur, us, dr, ds] = [0, 1, 2, 3].map(|i| self.streams(&names[i]));
+            let sizes = split(half, chunks);
+            for (c, &sz) in sizes.iter().enumerate() {
+                let c = c as u64;
+                // Tags per position: up (to parent) and down (from parent).
+                let up = self.tags(n as usize);
+                let down = self.tags(n as usize);
+                // Reduce: positions in reverse heap order so children come first (not
+                // needed for correctness; keeps ids readable).
+                let mut reduced = vec![None; n as usize];
+                for p in (0..n).rev() {
+                    let r = rank(p);
+                    let kids: Vec<u64> = [2 * p + 1, 2 * p + 2]
+                        .into_iter()
+                        .filter(|&k| k < n)
+                        .collect();
+                    let recvs: Vec<_> = kids
+                        .iter()
+                        .map(|&k| (rank(k) as u32, sz, up[k as usize]))
+                        .collect();
+                    let got = if recvs.is_empty() {
+                        Vec::new()
+                    } else {
+                        self.group(ur[r as usize], &[], &recvs, &[], tag(c, 0))?
+                    };
+                    if p > 0 {
+                        let parent = rank((p - 1) / 2) as u32;
+                        self.group(
+                            us[r as usize],
+                            &[(parent, sz, up[p as usize])],
+                            &[],
+                            &got,
+                            tag(c, 0),
+                        )?;
+                    }
+                    reduced[p as usize] = Some(got);
+                }
+                // Broadcast: the root sends once it has reduced chunk c; the others
+                // forward what they receive.
+                for p in 0..n {
+                    let r = rank(p);
+                    let kids: Vec<u64> = [2 * p + 1, 2 * p + 2]
+                        .into_iter()
+                        .filter(|&k| k < n)
+                        .collect();
+                    let ready = if p == 0 {
+                        reduced[0].take().unwrap_or_default()
+                    } else {
+                        let parent = rank((p - 1) / 2) as u32;
+                        self.group(
+                            dr[r as usize],
+                            &[],
+                            &[(parent, sz, down[p as usize])],
+                            &[],
+                            tag(c, 1),
+                        )?
+                    };
+                    if !kids.is_empty() {
+                        let sends: Vec<_> = kids
+                            .iter()
+                            .map(|&k| (rank(k) as u32, sz, down[k as usize]))
+                            .collect();
+                        self.group(ds[r as usize], &sends, &[], &ready, tag(c, 1))?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The Plan of one collective.
+pub fn build(spec: &CollectiveSpec) -> Result<Plan, CollectiveError> {
+    let known = spec.op.algorithms();
+    if !known.contains(&spec.algorithm) {
+        return Err(CollectiveError::NoSuchAlgorithm {
+            op: spec.op,
+            algorithm: spec.algorithm,
+            known: known
+                .iter()
+                .map(|a| a.name())
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
+    }
+    if spec.ranks < 2 {
+        return Err(CollectiveError::TooFewRanks(spec.ranks));
+    }
+    if spec.chunks == 0 {
+        return Err(CollectiveError::NoChunks);
+    }
+    let n = spec.ranks as u64;
+    let k = spec.chunks as u64;
+    let mut b = Builder {
+        b: PlanBuilder::new(spec.ranks),
+        n: spec.ranks,
+    };
+    b.b.site(spec.op.name());
+    if spec.algorithm == Algorithm::Tree {
+        b.tree(spec.bytes, k)?;
+        return Ok(b.b.finish()?);
+    }
+    // Per chunk: the chunk's bytes, cut into N blocks (block j: rank j's share).
+    for (c, part) in split(spec.bytes, k).into_iter().enumerate() {
+        let c = c as u64;
+        let streams = b.streams(&format!("ch{c}"));
+        let blocks = split(part, n);
+        let bl = |j: u64| blocks[j as usize];
+        use Algorithm::*;
+        use CollectiveOp::*;
+        match (spec.op, spec.algorithm) {
+            (AllGather, Ring) => b.ring(&streams, &blocks, n - 1, 0, c, |r, s| (r + n - s) % n)?,
+            (ReduceScatter, Ring) => b.ring(&streams, &blocks, n - 1, 0, c, |r, s| {
+                (r + 2 * n - s - 1) % n
+            })?,
+            (AllReduce, Ring) => {
+                b.ring(&streams, &blocks, n - 1, 0, c, |r, s| {
+                    (r + 2 * n - s - 1) % n
+                })?;
+                b.ring(&streams, &blocks, n - 1, n - 1, c, |r, s| (r + n - s) % n)?;
+            }
+            // All-gather: r's own block to everyone; reduce-scatter: block j to rank j.
+            (AllGather, Direct) => b.direct(&streams, 0, c, |src, _| bl(src))?,
+            (ReduceScatter, Direct) => b.direct(&streams, 0, c, |_, dst| bl(dst))?,
+            (AllReduce, Direct) => {
+                b.direct(&streams, 0, c, |_, dst| bl(dst))?;
+                b.direct(&streams, 1, c, |src, _| bl(src))?;
+            }
+            (AllGather, Pairwise) => b.pairwise(&streams, 0, c, |src, _| bl(src))?,
+            (ReduceScatter, Pairwise) => b.pairwise(&streams, 0, c, |_, dst| bl(dst))?,
+            (AllReduce, Pairwise) => {
+                b.pairwise(&streams, 0, c, |_, dst| bl(dst))?;
+                b.pairwise(&streams, n - 1, c, |src, _| bl(src))?;
+            }
+            // All-to-all: rank r's chunk holds N blocks, block j for rank j.
+            (AllToAll, Direct) => b.direct(&streams, 0, c, |_, dst| bl(dst))?,
+            (AllToAll, Pairwise) => b.pairwise(&streams, 0, c, |_, dst| bl(dst))?,
+            (SendRecv, Direct) => {
+                let tags = b.tags(n as usize);
+                for r in 0..n {
+                    let (to, from) = ((r + 1) % n, (r + n - 1) % n);
+                    b.group(
+                        streams[r as usize],
+                        &[(to as u32, part, tags[r as usize])],
+                        &[(from as u32, part, tags[from as usize])],
+                        &[],
+                        tag(0, c),
+                    )?;
+                }
+            }
+            _ => unreachable!("algorithm checked against the op above"),
+        }
+    }
+    Ok(b.b.finish()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(op: CollectiveOp, algorithm: Algorithm, ranks: u32, bytes: u64) -> CollectiveSpec {
+        CollectiveSpec {
+            op,
+            algorithm,
+            ranks,
+            bytes,
+            chunks: 1,
+        }
+    }
+
+    #[test]
+    fn every_algorithm_moves_the_bytes_it_must() {
+        let n = 5u64;
+        let s = 1_000_003u64;
+        for op in CollectiveOp::ALL {
+            for &a in op.algorithms() {
+                for chunks in [1, 3] {
+                    let p = build(&CollectiveSpec {
+                        chunks,
+                        ..spec(op, a, n as u32, s)
+                    })
+                    .unwrap();
+                    p.check_deadlock_free().unwrap();
+                    // Bytes on the wire, summed over ranks (a tree moves each half up
+                    // and down N − 1 edges; an all-to-all keeps each rank's own block).
+                    let want = match op {
+                        CollectiveOp::AllReduce => 2 * (n - 1) * s,
+                        CollectiveOp::AllGather
+                        | CollectiveOp::ReduceScatter
+                        | CollectiveOp::AllToAll => (n - 1) * s,
+                        CollectiveOp::SendRecv => n * s,
+                    };
+                    assert_eq!(p.bytes_sent(), want, "{op} {a} chunks {chunks}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_pairs_and_tiny_groups_are_errors() {
+        let e = build(&spec(CollectiveOp::AllToAll, Algorithm::Ring, 4, 64)).unwrap_err();
+        assert!(e.to_string().contains("pairwise, direct"), "{e}");
+        let e = build(&spec(CollectiveOp::AllReduce, Algorithm::Ring, 1, 64)).unwrap_err();
+        assert_eq!(e, CollectiveError::TooFewRanks(1));
+        let e = build(&CollectiveSpec {
+            chunks: 0,
+            ..spec(CollectiveOp::AllReduce, Algorithm::Ring, 2, 64)
+        })
+        .unwrap_err();
+        assert_eq!(e, CollectiveError::NoChunks);
+    }
+
+    #[test]
+    fn split_is_exact() {
+        assert_eq!(split(10, 4), vec![3, 3, 2, 2]);
+        assert_eq!(split(3, 4), vec![1, 1, 1, 0]);
+        assert_eq!(split(0, 2), vec![0, 0]);
+    }
+}

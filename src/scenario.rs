@@ -170,6 +170,9 @@ impl GpuSpec {
 pub struct CommParams {
     /// Fixed cost of one point-to-point message (launch + handshake), seconds.
     pub message_latency: f64,
+    /// Fixed cost of a later step of a collective that runs as one kernel (the
+    /// protocol's synchronisation between steps, no launch), seconds.
+    pub step_latency: f64,
 }
 
 /// How transfers move between GPUs.

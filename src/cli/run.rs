@@ -221,7 +221,9 @@ pub fn measure(
 ) -> Result<Vec<Measured>, CliError> {
     let peak = sc.hardware.gpu.peak(sc.dtype).unwrap_or(0.0);
     let mut out = Vec::new();
-    // Predicted with the transport the run uses.
+    // Predicted as the executor runs it: the transport it uses, and every transfer its
+    // own launch (the executor does not fuse a collective's steps into one kernel).
+    let hw = crate::exec::gpu::as_executed(&sc.hardware);
     let mut sim_opts = SimOptions::default().for_scenario(sc);
     if let Some(i) = sim_opts.interference.as_mut() {
         i.transport = opts.transport;
@@ -237,7 +239,7 @@ pub fn measure(
             o.check = None;
         }
         let r = gpu::run(&plan, &o).map_err(CliError::run)?;
-        let res = sim::simulate(&plan, &sc.hardware, &sim_opts).map_err(CliError::run)?;
+        let res = sim::simulate(&plan, &hw, &sim_opts).map_err(CliError::run)?;
         let predicted =
             Timeline::predicted(&sc.name, &name, &plan, &sc.hardware.topology, &res, peak);
         let measured = Timeline::measured(&sc.name, &name, &plan, &r.times, peak);

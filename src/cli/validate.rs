@@ -111,7 +111,8 @@ pub fn compare_dir(
             Some(sc) => {
                 let plan = plan_for(sc, strategy, emulate)?;
                 let opts = SimOptions::default().for_scenario(sc);
-                let r = simulate(&plan, &sc.hardware, &opts).map_err(CliError::run)?;
+                let hw = crate::exec::gpu::as_executed(&sc.hardware);
+                let r = simulate(&plan, &hw, &opts).map_err(CliError::run)?;
                 let peak = sc.hardware.gpu.peak(sc.dtype).unwrap_or(0.0);
                 Timeline::predicted(&case, &label, &plan, &sc.hardware.topology, &r, peak)
             }

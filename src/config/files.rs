@@ -119,6 +119,9 @@ pub struct ElementwiseFile {
 #[serde(deny_unknown_fields)]
 pub struct CommFile {
     pub message_latency_us: f64,
+    /// A later step of a one-kernel collective; default: `message_latency_us`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_latency_us: Option<f64>,
 }
 
 /// One struct for every topology kind; which keys are required depends on `kind`.

@@ -148,12 +148,14 @@ pub fn hardware_from_file(file: &str, h: HardwareFile) -> R<Hardware> {
                 * 1e-6,
         },
     };
+    let message_latency =
+        non_negative_f(file, "comm.message_latency_us", h.comm.message_latency_us)? * 1e-6;
     let comm = CommParams {
-        message_latency: non_negative_f(
-            file,
-            "comm.message_latency_us",
-            h.comm.message_latency_us,
-        )? * 1e-6,
+        message_latency,
+        step_latency: match h.comm.step_latency_us {
+            Some(v) => non_negative_f(file, "comm.step_latency_us", v)? * 1e-6,
+            None => message_latency,
+        },
     };
     let interference = match &h.interference {
         None => None,

@@ -189,12 +189,21 @@ pub fn message_time(alpha: f64, bandwidth: f64, bytes: u64) -> f64 {
 }
 
 /// A ring all-gather or reduce-scatter of a `bytes`-sized (full, gathered) tensor over `n`
-/// ranks, with no contention: `(n − 1) · (α + bytes / (n · β))`.
-pub fn ring_collective_time(n: u64, alpha: f64, bandwidth: f64, bytes: u64) -> f64 {
+/// ranks as one collective kernel, with no contention: the first step pays `alpha`, the
+/// n − 2 later ones `alpha_step`, and every step moves `bytes / n` at `β`:
+/// `α + (n − 2) · α_step + (n − 1) · bytes / (n · β)`. With `α_step = α` this is the
+/// textbook `(n − 1) · (α + bytes / (n · β))`.
+pub fn ring_collective_time(
+    n: u64,
+    alpha: f64,
+    alpha_step: f64,
+    bandwidth: f64,
+    bytes: u64,
+) -> f64 {
     if n <= 1 {
         return 0.0;
     }
-    (n - 1) as f64 * (alpha + bytes as f64 / (n as f64 * bandwidth))
+    alpha + (n - 2) as f64 * alpha_step + (n - 1) as f64 * bytes as f64 / (n as f64 * bandwidth)
 }
 
 #[cfg(test)]
@@ -308,8 +317,10 @@ mod tests {
 
     #[test]
     fn ring_closed_form() {
-        let t = ring_collective_time(4, 1e-6, 100e9, 400_000_000);
+        let t = ring_collective_time(4, 1e-6, 1e-6, 100e9, 400_000_000);
         assert!((t - 3.0 * (1e-6 + 1e-3)).abs() < 1e-15);
-        assert_eq!(ring_collective_time(1, 1e-6, 1e9, 100), 0.0);
+        let t = ring_collective_time(4, 5e-6, 1e-6, 100e9, 400_000_000);
+        assert!((t - (5e-6 + 2e-6 + 3e-3)).abs() < 1e-15);
+        assert_eq!(ring_collective_time(1, 1e-6, 1e-6, 1e9, 100), 0.0);
     }
 }

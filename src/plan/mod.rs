@@ -223,6 +223,10 @@ pub struct Plan {
     dep_start: Vec<u32>,
     deps: Vec<OpId>,
     launch_stream: Vec<StreamId>,
+    /// Per launch: it continues the previous launch of its stream inside one kernel (a
+    /// later step of a collective), so its messages pay the step latency, not the
+    /// per-message one.
+    launch_fused: Vec<bool>,
     launch_start: Vec<u32>,
     launch_ops: Vec<OpId>,
     stream_start: Vec<u32>,
@@ -260,6 +264,10 @@ impl Plan {
     }
     pub fn launch_stream(&self, l: LaunchId) -> StreamId {
         self.launch_stream[l as usize]
+    }
+    /// Whether launch `l` continues the previous launch of its stream in one kernel.
+    pub fn fused(&self, l: LaunchId) -> bool {
+        self.launch_fused[l as usize]
     }
     pub fn stream_launches(&self, s: StreamId) -> &[LaunchId] {
         let i = s as usize;
@@ -338,6 +346,7 @@ pub struct PlanBuilder {
     dep_start: Vec<u32>,
     deps: Vec<OpId>,
     launch_stream: Vec<StreamId>,
+    launch_fused: Vec<bool>,
     next_tag: u64,
     model_flops: f64,
     limit: usize,
@@ -359,6 +368,7 @@ impl PlanBuilder {
             dep_start: vec![0],
             deps: Vec::new(),
             launch_stream: Vec::new(),
+            launch_fused: Vec::new(),
             next_tag: 0,
             model_flops: 0.0,
             limit: DEFAULT_OP_LIMIT,
@@ -444,7 +454,18 @@ impl PlanBuilder {
     /// Open a new launch on `stream`; add its ops with [`PlanBuilder::add`].
     pub fn launch(&mut self, stream: StreamId) -> LaunchId {
         self.launch_stream.push(stream);
+        self.launch_fused.push(false);
         (self.launch_stream.len() - 1) as LaunchId
+    }
+
+    /// A launch that continues the previous launch of `stream` inside the same kernel (a
+    /// later step of one collective): its messages pay the hardware's step latency
+    /// instead of the per-message latency of a separate call. `fused = false` is
+    /// [`PlanBuilder::launch`].
+    pub fn launch_fused(&mut self, stream: StreamId, fused: bool) -> LaunchId {
+        let l = self.launch(stream);
+        self.launch_fused[l as usize] = fused;
+        l
     }
 
     /// Add an op to `launch`. Dependencies must be ops already added.

@@ -192,9 +192,10 @@ struct Builder {
 }
 
 impl Builder {
-    /// One group launch on `stream` of rank `r`: sends `(to, bytes)` and receives
-    /// `(from, bytes)` (the matching sends' tags in `tags`), after `deps`. Returns the
-    /// recv ops.
+    /// One group launch on `stream`: sends `(to, bytes, tag)` and receives `(from, bytes,
+    /// tag of the matching send)`, after `deps`; `fused`: a later step of the same
+    /// collective kernel (pays the step latency). Returns the recv ops.
+    #[allow(clippy::too_many_arguments)]
     fn group(
         &mut self,
         stream: StreamId,
@@ -202,8 +203,9 @@ impl Builder {
         recvs: &[(u32, u64, u64)],
         deps: &[OpId],
         t: OpTag,
+        fused: bool,
     ) -> Result<Vec<OpId>, PlanError> {
-        let l = self.b.launch(stream);
+        let l = self.b.launch_fused(stream, fused);
         for &(peer, bytes, tag) in sends {
             self.b.add(l, OpKind::Send { peer, bytes, tag }, deps, t)?;
         }
@@ -259,6 +261,7 @@ impl Builder {
                     &[(prev as u32, recv, tags[prev as usize])],
                     &[],
                     tag(first + k, c),
+                    first + k > 0,
                 )?;
             }
         }
@@ -285,7 +288,14 @@ impl Builder {
             let recvs: Vec<_> = others
                 .map(|j| (j as u32, size(j, r), tags[j as usize][r as usize]))
                 .collect();
-            self.group(streams[r as usize], &sends, &recvs, &[], tag(step, c))?;
+            self.group(
+                streams[r as usize],
+                &sends,
+                &recvs,
+                &[],
+                tag(step, c),
+                step > 0,
+            )?;
         }
         Ok(())
     }
@@ -310,6 +320,7 @@ impl Builder {
                     &[(from as u32, size(from, r), tags[from as usize])],
                     &[],
                     tag(first + i - 1, c),
+                    first + i > 1,
                 )?;
             }
         }
@@ -348,7 +359,7 @@ impl Builder {
                     let got = if recvs.is_empty() {
                         Vec::new()
                     } else {
-                        self.group(ur[r as usize], &[], &recvs, &[], tag(c, 0))?
+                        self.group(ur[r as usize], &[], &recvs, &[], tag(c, 0), c > 0)?
                     };
                     if p > 0 {
                         let parent = rank((p - 1) / 2) as u32;
@@ -358,6 +369,7 @@ impl Builder {
                             &[],
                             &got,
                             tag(c, 0),
+                            c > 0,
                         )?;
                     }
                     reduced[p as usize] = Some(got);
@@ -380,6 +392,7 @@ impl Builder {
                             &[(parent, sz, down[p as usize])],
                             &[],
                             tag(c, 1),
+                            c > 0,
                         )?
                     };
                     if !kids.is_empty() {
@@ -387,7 +400,7 @@ impl Builder {
                             .iter()
                             .map(|&k| (rank(k) as u32, sz, down[k as usize]))
                             .collect();
-                        self.group(ds[r as usize], &sends, &[], &ready, tag(c, 1))?;
+                        self.group(ds[r as usize], &sends, &[], &ready, tag(c, 1), c > 0)?;
                     }
                 }
             }
@@ -472,6 +485,7 @@ pub fn build(spec: &CollectiveSpec) -> Result<Plan, CollectiveError> {
                         &[(from as u32, part, tags[from as usize])],
                         &[],
                         tag(0, c),
+                        false,
                     )?;
                 }
             }

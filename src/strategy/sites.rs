@@ -98,7 +98,8 @@ fn deps(d: Option<OpId>) -> Vec<OpId> {
 
 /// One ring step of rank `r`: a group launch on its comm stream of a send of `piece` bytes
 /// to r+1 (after `send_deps`) and a recv of as many from r−1. `tags[x]` is rank x's send
-/// tag for this step. Returns the recv op.
+/// tag for this step; `fused`: a later step of the same collective kernel. Returns the
+/// recv op.
 #[allow(clippy::too_many_arguments)]
 fn ring_step(
     b: &mut PlanBuilder,
@@ -111,10 +112,11 @@ fn ring_step(
     recv_tag: OpTag,
     accumulate: bool,
     io: (Region, Region),
+    fused: bool,
 ) -> Result<OpId, StrategyError> {
     let n = tags.len() as u64;
     let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
-    let l = b.launch(st.comm[r as usize]);
+    let l = b.launch_fused(st.comm[r as usize], fused);
     let send = OpKind::Send {
         peer: next as u32,
         bytes: piece,
@@ -176,6 +178,7 @@ fn ring(
                 tag(site, k, rblock),
                 accumulate,
                 (region(r, block), region(r, rblock)),
+                k > 0,
             )?);
         }
     }
@@ -280,6 +283,8 @@ pub fn ag_gemm(
                             Region::rows(xr, sj * shard, shard),
                             Region::rows(xr, j * shard, shard),
                         ),
+                        // Each Flash step is a P2P call of its own.
+                        false,
                     )?;
                     recv[r as usize] = Some(id);
                     got[r as usize][j as usize] = Some(id);
@@ -469,6 +474,7 @@ pub fn gemm_rs(
                         tag(site, k + 1, slice(r, k + 1)),
                         false,
                         (at(p[ru], slice(r, k)), at(recv_buf[ru], slice(r, k + 1))),
+                        false,
                     )?);
                 }
                 for r in 0..n as usize {

@@ -73,6 +73,15 @@ pub fn nccl_unique_id() -> Result<[u8; 128], GpuError> {
 
 pub use crate::scenario::Transport;
 
+/// The hardware as the executor uses it, for predicting its runs: every transfer is a
+/// launch of its own (no collective's steps fused into one kernel), so every message
+/// pays the per-message latency.
+pub fn as_executed(hw: &crate::scenario::Hardware) -> crate::scenario::Hardware {
+    let mut hw = hw.clone();
+    hw.comm.step_latency = hw.comm.message_latency;
+    hw
+}
+
 /// How to run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GpuOptions {

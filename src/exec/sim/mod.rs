@@ -452,7 +452,12 @@ impl<'p> Engine<'p> {
             started: self.now,
         });
         debug_assert_eq!(f as usize + 1, self.transfers.len());
-        let alpha = self.hw.comm.message_latency + lat;
+        let sw = if self.plan.fused(self.op_launch[send as usize]) {
+            self.hw.comm.step_latency
+        } else {
+            self.hw.comm.message_latency
+        };
+        let alpha = sw + lat;
         self.schedule(self.now + alpha, Ev::FlowStart(f), send)
     }
 

@@ -47,6 +47,11 @@ fn alpha(sc: &Scenario) -> f64 {
     sc.hardware.comm.message_latency + 2.0 * 0.5e-6
 }
 
+/// α of a later step of a one-kernel ring collective on NVSwitch.
+fn alpha_step(sc: &Scenario) -> f64 {
+    sc.hardware.comm.step_latency + 2.0 * 0.5e-6
+}
+
 fn bw(sc: &Scenario) -> f64 {
     sc.hardware.topology.link(0).bandwidth
 }
@@ -77,7 +82,13 @@ fn sequential_ag_is_ring_then_gemm() {
         let sc = scenario(tp, 370.0, Workload::AgGemm);
         let s = shape(&sc);
         let g = &sc.hardware.gpu;
-        let ring = ring_collective_time(s.n, alpha(&sc), bw(&sc), s.m * s.h * s.bytes);
+        let ring = ring_collective_time(
+            s.n,
+            alpha(&sc),
+            alpha_step(&sc),
+            bw(&sc),
+            s.m * s.h * s.bytes,
+        );
         let gemm = gemm_time(g, s.m, s.f1 / s.n, s.h, sc.dtype).unwrap();
         let (t, exposed) = makespan(&sc, Strategy::Sequential);
         close(t, ring + gemm, "sequential AG+GEMM");
@@ -90,7 +101,13 @@ fn sequential_rs_is_gemm_then_ring() {
     for tp in [2, 4, 8] {
         let sc = scenario(tp, 370.0, Workload::GemmRs);
         let s = shape(&sc);
-        let ring = ring_collective_time(s.n, alpha(&sc), bw(&sc), s.m * s.h * s.bytes);
+        let ring = ring_collective_time(
+            s.n,
+            alpha(&sc),
+            alpha_step(&sc),
+            bw(&sc),
+            s.m * s.h * s.bytes,
+        );
         let gemm = gemm_time(&sc.hardware.gpu, s.m, s.h, s.f / s.n, sc.dtype).unwrap();
         let (t, exposed) = makespan(&sc, Strategy::Sequential);
         close(t, gemm + ring, "sequential GEMM+RS");
@@ -114,7 +131,13 @@ fn chunked_matches_c_plus_r_over_k() {
             Workload::AgGemm => gemm_time(g, rows, s.f1 / s.n, s.h, sc.dtype).unwrap(),
             _ => gemm_time(g, rows, s.h, s.f / s.n, sc.dtype).unwrap(),
         };
-        let r = ring_collective_time(s.n, alpha(&sc), bw(&sc), rows * s.h * s.bytes);
+        let r = ring_collective_time(
+            s.n,
+            alpha(&sc),
+            alpha_step(&sc),
+            bw(&sc),
+            rows * s.h * s.bytes,
+        );
         assert!(
             r <= c,
             "the C + R/K regime needs each chunk's comm under its compute"
@@ -354,6 +377,7 @@ fn free_links_cost_only_latency() {
     )
     .unwrap();
     sc.hardware.comm.message_latency = 0.0;
+    sc.hardware.comm.step_latency = 0.0;
     let s = shape(&sc);
     let gemm = gemm_time(&sc.hardware.gpu, s.m, s.h, s.f / s.n, sc.dtype).unwrap();
     let (t, _) = makespan(&sc, Strategy::Sequential);
@@ -624,11 +648,14 @@ fn collective_closed_forms_per_topology() {
     let mut hw = config::load_hardware("h100-sxm-8", None).unwrap();
     let (bw, lat) = (370e9, 0.5e-6);
     let alpha = hw.comm.message_latency;
+    let step = hw.comm.step_latency;
+    assert!(step < alpha);
     let n = 8u64;
     let s = 1u64 << 30;
     let piece = (s / n) as f64;
-    // NVSwitch: every message crosses two links (2·lat).
-    let ring = (n - 1) as f64 * (alpha + 2.0 * lat + piece / bw);
+    // NVSwitch: every message crosses two links (2·lat); the first step pays the
+    // message latency, the later ones (same kernel) the step latency.
+    let ring = crate::cost::ring_collective_time(n, alpha + 2.0 * lat, step + 2.0 * lat, bw, s);
     close(
         collective_time(&hw, C::AllGather, A::Ring, 8, s),
         ring,
@@ -641,7 +668,7 @@ fn collective_closed_forms_per_topology() {
     );
     close(
         collective_time(&hw, C::AllReduce, A::Ring, 8, s),
-        2.0 * ring,
+        2.0 * ring - (alpha - step),
         "nvswitch ring AR",
     );
     // Direct: the N − 1 messages of a rank share its port (contention).
@@ -666,7 +693,7 @@ fn collective_closed_forms_per_topology() {
         },
     )
     .unwrap();
-    let ring1 = (n - 1) as f64 * (alpha + lat + piece / bw);
+    let ring1 = alpha + lat + (n - 2) as f64 * (step + lat) + (n - 1) as f64 * piece / bw;
     close(
         collective_time(&hw, C::AllGather, A::Ring, 8, s),
         ring1,
@@ -697,9 +724,10 @@ fn pcie_cross_socket_all_gather_is_bottlenecked_by_the_socket_link() {
     );
     // Ring: each step has one crossing per direction; the slowest hop is the socket link.
     let t = collective_time(&hw, C::AllGather, A::Ring, 8, s);
+    let c = &hw.comm;
     close(
         t,
-        7.0 * (hw.comm.message_latency + 6e-6 + p / socket),
+        c.message_latency + 6.0 * c.step_latency + 7.0 * (6e-6 + p / socket),
         "ring AG over the socket link",
     );
 }

@@ -32,6 +32,9 @@ pub struct Args {
     /// Hardware profile name or TOML file.
     #[arg(long, default_value = "h100-sxm-8")]
     pub hardware: String,
+    /// Node count of a multi-node profile (e.g. dgx-h100).
+    #[arg(long)]
+    pub nodes: Option<u64>,
     /// Sizes in bytes as nccl-tests counts them: `MIN:MAX` (MIN, MIN·factor, … up to
     /// MAX) or a comma-separated list; units B, K/KiB, M/MiB, G/GiB (binary), KB/MB/GB
     /// (decimal).
@@ -187,7 +190,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
     })?;
     let sizes =
         parse_sizes(&a.sizes, a.factor).map_err(|e| CliError::input(format!("--sizes: {e}")))?;
-    let hw = config::load_hardware(&a.hardware, None).map_err(CliError::input)?;
+    let hw = config::load_hardware_nodes(&a.hardware, None, a.nodes).map_err(CliError::input)?;
     let ranks = a.ranks.unwrap_or(hw.topology.gpu_count() as u32);
     hw.topology
         .require_gpus(ranks as usize)

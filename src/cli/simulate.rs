@@ -51,6 +51,9 @@ pub struct Args {
     /// `[interference]`).
     #[arg(long)]
     pub no_interference: bool,
+    /// Node count of a multi-node hardware profile (e.g. dgx-h100).
+    #[arg(long, value_parser = parse_count)]
+    pub nodes: Option<i64>,
     /// Output format on stdout.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
@@ -115,6 +118,10 @@ pub fn scenario_and_file(
     if let Some(v) = &a.transport {
         f.transport = v.clone();
         set("transport", "--transport");
+    }
+    if let Some(v) = a.nodes {
+        f.nodes = Some(v);
+        set("nodes", "--nodes");
     }
     if a.no_interference {
         f.interference = false;

@@ -128,7 +128,7 @@ pub struct CommFile {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TopologyFile {
-    /// `nvswitch`, `ring`, `full-mesh`, `pcie-tree` or `custom`.
+    /// `nvswitch`, `ring`, `full-mesh`, `pcie-tree`, `rail-fat-tree` or `custom`.
     pub kind: String,
     pub gpus: Option<i64>,
     // nvswitch, ring, full-mesh
@@ -143,6 +143,25 @@ pub struct TopologyFile {
     pub uplink_latency_us: Option<f64>,
     pub socket_link_gbps: Option<f64>,
     pub socket_link_latency_us: Option<f64>,
+    // rail-fat-tree
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus_per_node: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvlink_gbps: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvlink_latency_us: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nic_gbps: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nic_latency_us: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes_per_leaf: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oversubscription: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spine_latency_us: Option<f64>,
     // custom
     #[serde(default)]
     pub devices: Vec<DeviceFile>,
@@ -195,6 +214,10 @@ pub struct ScenarioFile {
     pub dtype: String,
     pub parallel: ParallelFile,
     pub strategies: Vec<String>,
+    /// Node count of a multi-node (`rail-fat-tree`) hardware profile; default: the
+    /// profile's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<i64>,
     /// `nccl` (send/recv kernels holding SMs) or `copy` (copy engines).
     #[serde(default = "default_transport")]
     pub transport: String,

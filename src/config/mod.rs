@@ -128,8 +128,33 @@ pub fn load_model(spec: &str, base: Option<&Path>) -> Result<Model, ConfigError>
 }
 
 pub fn load_hardware(spec: &str, base: Option<&Path>) -> Result<Hardware, ConfigError> {
+    load_hardware_nodes(spec, base, None)
+}
+
+/// [`load_hardware`] with the node count of a multi-node profile set to `nodes`.
+pub fn load_hardware_nodes(
+    spec: &str,
+    base: Option<&Path>,
+    nodes: Option<u64>,
+) -> Result<Hardware, ConfigError> {
     let src = resolve(PresetKind::Hardware, spec, base)?;
-    hardware_from_file(&src.name, parse_toml(&src)?)
+    let mut file: HardwareFile = parse_toml(&src)?;
+    if let Some(n) = nodes {
+        if file.topology.nodes.is_none() {
+            return Err(ConfigError::invalid(
+                &src.name,
+                "topology.nodes",
+                "(missing)",
+                format!(
+                    "hardware `{}` is one node (topology kind `{}`); a node count needs a \
+                     multi-node profile (kind `rail-fat-tree`)",
+                    file.name, file.topology.kind
+                ),
+            ));
+        }
+        file.topology.nodes = Some(n.min(i64::MAX as u64) as i64);
+    }
+    hardware_from_file(&src.name, file)
 }
 
 /// Read a scenario file or preset (without validating it), for callers that override

@@ -43,6 +43,7 @@ static PRESETS: &[Preset] = &[
     preset!(Hardware, "hardware-profiles", "h200-sxm-8"),
     preset!(Hardware, "hardware-profiles", "a100-pcie-8"),
     preset!(Hardware, "hardware-profiles", "nvlink-ring-1024"),
+    preset!(Hardware, "hardware-profiles", "dgx-h100"),
     preset!(Scenario, "scenarios", "default"),
 ];
 

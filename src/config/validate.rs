@@ -3,7 +3,9 @@
 use super::files::*;
 use super::{ConfigError, PresetKind};
 use crate::scenario::*;
-use crate::topology::{Device, DeviceKind, Link, LinkSpec, PcieTreeSpec, Topology};
+use crate::topology::{
+    Device, DeviceKind, Link, LinkSpec, PcieTreeSpec, RailFatTreeSpec, Topology,
+};
 use std::collections::BTreeSet;
 use std::path::Path;
 
@@ -242,6 +244,10 @@ fn link_spec(file: &str, kind: &str, bw: &str, lat: &str, t: &TopologyFile) -> R
             "uplink_latency_us" => t.uplink_latency_us,
             "socket_link_gbps" => t.socket_link_gbps,
             "socket_link_latency_us" => t.socket_link_latency_us,
+            "nvlink_gbps" => t.nvlink_gbps,
+            "nvlink_latency_us" => t.nvlink_latency_us,
+            "nic_gbps" => t.nic_gbps,
+            "nic_latency_us" => t.nic_latency_us,
             _ => None,
         }
     };
@@ -300,6 +306,41 @@ fn topology_from_file(file: &str, name: &str, t: &TopologyFile) -> R<Topology> {
             };
             Topology::pcie_tree(name, &spec).map_err(wrap)
         }
+        "rail-fat-tree" => {
+            let spec = RailFatTreeSpec {
+                nodes: positive(file, "topology.nodes", req(file, kind, "nodes", t.nodes)?)?,
+                gpus_per_node: positive(
+                    file,
+                    "topology.gpus_per_node",
+                    req(file, kind, "gpus_per_node", t.gpus_per_node)?,
+                )?,
+                nvlink: link_spec(file, kind, "nvlink_gbps", "nvlink_latency_us", t)?,
+                nic: link_spec(file, kind, "nic_gbps", "nic_latency_us", t)?,
+                nodes_per_leaf: positive(
+                    file,
+                    "topology.nodes_per_leaf",
+                    req(file, kind, "nodes_per_leaf", t.nodes_per_leaf)?,
+                )?,
+                oversubscription: {
+                    let v = t.oversubscription.unwrap_or(1.0);
+                    if !(v.is_finite() && v >= 1.0) {
+                        return Err(ConfigError::invalid(
+                            file,
+                            "topology.oversubscription",
+                            v,
+                            "must be a finite ratio ≥ 1 (1 = non-blocking)",
+                        ));
+                    }
+                    v
+                },
+                spine_latency: non_negative_f(
+                    file,
+                    "topology.spine_latency_us",
+                    t.spine_latency_us.unwrap_or(0.0),
+                )? * 1e-6,
+            };
+            Topology::rail_fat_tree(name, &spec).map_err(wrap)
+        }
         "custom" => {
             let mut devices = Vec::with_capacity(t.devices.len());
             for (i, d) in t.devices.iter().enumerate() {
@@ -340,7 +381,7 @@ fn topology_from_file(file: &str, name: &str, t: &TopologyFile) -> R<Topology> {
             file,
             "topology.kind",
             other,
-            "unknown topology kind (known: nvswitch, ring, full-mesh, pcie-tree, custom)",
+            "unknown topology kind (known: nvswitch, ring, full-mesh, pcie-tree, rail-fat-tree, custom)",
         )),
     }
 }
@@ -375,7 +416,11 @@ pub fn scenario_from_file(
         }
         e => e,
     })?;
-    let hardware = super::load_hardware(&s.hardware, dir).map_err(|e| match e {
+    let nodes = match s.nodes {
+        Some(v) => Some(positive(&at("nodes"), "nodes", v)?),
+        None => None,
+    };
+    let hardware = super::load_hardware_nodes(&s.hardware, dir, nodes).map_err(|e| match e {
         ConfigError::UnknownPreset { .. } | ConfigError::Io { .. } => {
             ConfigError::invalid(&at("hardware"), "hardware", &s.hardware, e)
         }

@@ -141,6 +141,90 @@ impl Topology {
         }
         Topology::from_parts(name, devices, links)
     }
+
+    /// Nodes of `gpus_per_node` GPUs on an NVSwitch each; GPU i of every node has its own
+    /// NIC on rail i; each rail's NICs go to leaf switches of `nodes_per_leaf` nodes, and
+    /// every leaf has one aggregate up-link (its down-link capacity over the
+    /// oversubscription) to one logical, non-blocking spine. GPU `n·G + i` is GPU i of
+    /// node n. Same-rail traffic between nodes under one leaf stays below the spine.
+    pub fn rail_fat_tree(name: &str, s: &RailFatTreeSpec) -> Result<Topology, TopologyError> {
+        at_least("nodes", 1, s.nodes)?;
+        at_least("gpus_per_node", 1, s.gpus_per_node)?;
+        at_least("nodes_per_leaf", 1, s.nodes_per_leaf)?;
+        if !(s.oversubscription.is_finite() && s.oversubscription >= 1.0) {
+            return Err(TopologyError::BadOversubscription {
+                value: s.oversubscription,
+            });
+        }
+        let (n, g) = (s.nodes, s.gpus_per_node);
+        let leaves = n.div_ceil(s.nodes_per_leaf);
+        let mut devices = Vec::new();
+        let mut links = Vec::new();
+        for node in 0..n {
+            for i in 0..g {
+                devices.push(Device {
+                    kind: DeviceKind::Gpu,
+                    name: format!("n{node}.gpu{i}"),
+                });
+            }
+        }
+        for node in 0..n {
+            let sw = format!("n{node}.nvswitch");
+            devices.push(Device {
+                kind: DeviceKind::NvSwitch,
+                name: sw.clone(),
+            });
+            for i in 0..g {
+                let gpu = format!("n{node}.gpu{i}");
+                let nic = format!("n{node}.nic{i}");
+                devices.push(Device {
+                    kind: DeviceKind::Nic,
+                    name: nic.clone(),
+                });
+                both(&gpu, &sw, s.nvlink, &mut links);
+                both(&gpu, &nic, s.nic, &mut links);
+                let leaf = format!("rail{i}.leaf{}", node / s.nodes_per_leaf);
+                both(&nic, &leaf, s.nic, &mut links);
+            }
+        }
+        devices.push(Device {
+            kind: DeviceKind::NetSwitch,
+            name: "spine".into(),
+        });
+        for i in 0..g {
+            for l in 0..leaves {
+                let leaf = format!("rail{i}.leaf{l}");
+                devices.push(Device {
+                    kind: DeviceKind::NetSwitch,
+                    name: leaf.clone(),
+                });
+                let under = s.nodes_per_leaf.min(n - l * s.nodes_per_leaf);
+                let up = LinkSpec {
+                    bandwidth: under as f64 * s.nic.bandwidth / s.oversubscription,
+                    latency: s.spine_latency,
+                };
+                both(&leaf, "spine", up, &mut links);
+            }
+        }
+        Topology::from_parts(name, devices, links)
+    }
+}
+
+/// Shape and link figures of a rail-optimized fat-tree of NVSwitch nodes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RailFatTreeSpec {
+    pub nodes: u64,
+    pub gpus_per_node: u64,
+    /// GPU ↔ the node's NVSwitch fabric.
+    pub nvlink: LinkSpec,
+    /// GPU ↔ its NIC, and NIC ↔ its rail's leaf switch (one NIC per GPU).
+    pub nic: LinkSpec,
+    /// Nodes under one leaf switch of each rail.
+    pub nodes_per_leaf: u64,
+    /// Leaf down-link over up-link capacity (1 = non-blocking).
+    pub oversubscription: f64,
+    /// Leaf ↔ spine hop latency, seconds.
+    pub spine_latency: f64,
 }
 
 /// Shape and link figures of a PCIe tree.
@@ -223,6 +307,40 @@ mod tests {
         assert_eq!(t.link_count(), 56);
         let mut r = Router::new(&t);
         assert_eq!(r.route(2, 6).unwrap().links.len(), 1);
+    }
+
+    #[test]
+    fn rail_fat_tree_routes_same_rail_under_the_leaf_and_tapers_at_the_spine() {
+        let nic = LinkSpec {
+            bandwidth: 48e9,
+            latency: 1e-6,
+        };
+        let spec = |per_leaf, over| RailFatTreeSpec {
+            nodes: 4,
+            gpus_per_node: 8,
+            nvlink: NV,
+            nic,
+            nodes_per_leaf: per_leaf,
+            oversubscription: over,
+            spine_latency: 1e-6,
+        };
+        let t = Topology::rail_fat_tree("r", &spec(4, 1.0)).unwrap();
+        assert_eq!(t.gpu_count(), 32);
+        let mut r = Router::new(&t);
+        // GPU 0 of node 0 to GPU 0 of node 1: NIC, leaf, NIC.
+        assert_eq!(r.route(0, 8).unwrap().links.len(), 4);
+        // Inside a node: the NVSwitch.
+        assert_eq!(r.route(0, 1).unwrap().links.len(), 2);
+        // One node per leaf, 2:1 tapered: same rail crosses the spine at 24 GB/s.
+        let t = Topology::rail_fat_tree("r", &spec(1, 2.0)).unwrap();
+        let mut r = Router::new(&t);
+        let route = r.route(0, 8).unwrap();
+        assert_eq!(route.links.len(), 6);
+        assert_eq!(route.bottleneck, 24e9);
+        assert!(matches!(
+            Topology::rail_fat_tree("r", &spec(1, 0.5)),
+            Err(TopologyError::BadOversubscription { .. })
+        ));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 mod builders;
 mod route;
 
-pub use builders::{LinkSpec, PcieTreeSpec};
+pub use builders::{LinkSpec, PcieTreeSpec, RailFatTreeSpec};
 pub use route::{Route, Router};
 
 use petgraph::graph::{DiGraph, EdgeIndex, NodeIndex};
@@ -83,6 +83,8 @@ pub enum TopologyError {
     Disconnected { from: String, to: String },
     #[error("the topology has no GPU")]
     NoGpu,
+    #[error("oversubscription must be a finite ratio ≥ 1, got {value}")]
+    BadOversubscription { value: f64 },
     #[error("{what} must be at least {min}, got {value}")]
     BadCount {
         what: &'static str,

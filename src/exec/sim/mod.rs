@@ -529,7 +529,6 @@ impl<'p> Engine<'p> {
         {
             let rank = self.plan.ops[op as usize].rank;
             st.posted(rank, -1);
-            self.times[op as usize].end = self.now;
             self.refresh(rank)?;
         }
         self.times[op as usize].end = self.now;

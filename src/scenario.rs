@@ -229,6 +229,94 @@ pub struct InterferenceParams {
     pub memory_op_slowdown_beside_gemm: f64,
 }
 
+/// The shape of run-to-run jitter factors (each has mean 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JitterDistribution {
+    /// exp(N(−σ²/2, σ²)) with σ² = ln(1 + cv²): positive, right-skewed (the usual shape of
+    /// kernel and message time tails).
+    Lognormal,
+    /// 1 + cv·N(0, 1), truncated below at 0.05.
+    Normal,
+    /// Uniform on 1 ± cv·√3 (cv ≤ 1/√3).
+    Uniform,
+}
+
+impl JitterDistribution {
+    pub fn parse(s: &str) -> Option<JitterDistribution> {
+        match s {
+            "lognormal" => Some(JitterDistribution::Lognormal),
+            "normal" => Some(JitterDistribution::Normal),
+            "uniform" => Some(JitterDistribution::Uniform),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            JitterDistribution::Lognormal => "lognormal",
+            JitterDistribution::Normal => "normal",
+            JitterDistribution::Uniform => "uniform",
+        }
+    }
+}
+
+/// Run-to-run variability of a machine: each compute op's time, and each message's
+/// latency and bandwidth, is multiplied by its own factor of mean 1 and this coefficient
+/// of variation (standard deviation / mean).
+#[derive(Debug, Clone, PartialEq)]
+pub struct VariabilityParams {
+    pub distribution: JitterDistribution,
+    pub compute_cv: f64,
+    pub comm_cv: f64,
+}
+
+/// What a straggler slows.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StragglerTarget {
+    /// Every compute op of this rank.
+    Rank(u32),
+    /// One link, by its name `a->b` (bandwidth divided by the factor).
+    Link(String),
+}
+
+/// A rank or link slower than its peers by `factor` (> 0; > 1 is slower).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Straggler {
+    pub target: StragglerTarget,
+    pub factor: f64,
+}
+
+impl Straggler {
+    /// `rank:R=F` or `link:A->B=F`.
+    pub fn parse(s: &str) -> Result<Straggler, String> {
+        let bad = || format!("straggler `{s}`: expected rank:R=FACTOR or link:A->B=FACTOR");
+        let (what, factor) = s.rsplit_once('=').ok_or_else(bad)?;
+        let factor: f64 = factor.trim().parse().map_err(|_| bad())?;
+        if !(factor.is_finite() && factor > 0.0) {
+            return Err(format!(
+                "straggler `{s}`: factor must be finite and > 0"
+            ));
+        }
+        let target = if let Some(r) = what.strip_prefix("rank:") {
+            StragglerTarget::Rank(r.trim().parse().map_err(|_| bad())?)
+        } else if let Some(l) = what.strip_prefix("link:") {
+            StragglerTarget::Link(l.trim().to_string())
+        } else {
+            return Err(bad());
+        };
+        Ok(Straggler { target, factor })
+    }
+}
+
+impl std::fmt::Display for Straggler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.target {
+            StragglerTarget::Rank(r) => write!(f, "rank:{r}={}", self.factor),
+            StragglerTarget::Link(l) => write!(f, "link:{l}={}", self.factor),
+        }
+    }
+}
+
 /// A machine: GPUs, the software costs of talking between them, and how they are wired.
 #[derive(Debug, Clone)]
 pub struct Hardware {
@@ -237,6 +325,8 @@ pub struct Hardware {
     pub comm: CommParams,
     /// `None`: the profile models no interference.
     pub interference: Option<InterferenceParams>,
+    /// `None`: the profile states no run-to-run variability.
+    pub variability: Option<VariabilityParams>,
     pub topology: Topology,
 }
 

@@ -198,7 +198,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
     let opts = SimOptions {
         record_links: false,
         max_events: a.max_events,
-        interference: None,
+        ..SimOptions::default()
     };
     let mut rows = Vec::with_capacity(sizes.len());
     for &bytes in &sizes {

@@ -44,7 +44,25 @@ pub struct HardwareFile {
     /// How communication slows compute on the same GPU; absent: not modelled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interference: Option<InterferenceFile>,
+    /// Run-to-run jitter; absent: none stated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variability: Option<VariabilityFile>,
     pub topology: TopologyFile,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VariabilityFile {
+    #[serde(default = "default_distribution")]
+    pub distribution: String,
+    #[serde(default)]
+    pub compute_cv: f64,
+    #[serde(default)]
+    pub comm_cv: f64,
+}
+
+fn default_distribution() -> String {
+    "lognormal".into()
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -189,13 +189,53 @@ pub fn hardware_from_file(file: &str, h: HardwareFile) -> R<Hardware> {
             })
         }
     };
+    let variability = match &h.variability {
+        None => None,
+        Some(v) => Some(variability(file, "variability", v)?),
+    };
     let topology = topology_from_file(file, &h.name, &h.topology)?;
     Ok(Hardware {
         name: h.name,
         gpu,
         comm,
         interference,
+        variability,
         topology,
+    })
+}
+
+/// A `[variability]` section (`section` names it in errors).
+pub fn variability(file: &str, section: &str, v: &VariabilityFile) -> R<VariabilityParams> {
+    let distribution = JitterDistribution::parse(&v.distribution).ok_or_else(|| {
+        ConfigError::invalid(
+            file,
+            &format!("{section}.distribution"),
+            &v.distribution,
+            "unknown distribution (known: lognormal, normal, uniform)",
+        )
+    })?;
+    let cv = |key: &str, x: f64| -> R<f64> {
+        let key = format!("{section}.{key}");
+        if !(x.is_finite() && x >= 0.0) {
+            return Err(ConfigError::invalid(file, &key, x, "must be finite and ≥ 0"));
+        }
+        if distribution == JitterDistribution::Uniform && x > 1.0 / 3f64.sqrt() {
+            return Err(ConfigError::invalid(
+                file,
+                &key,
+                x,
+                "a uniform jitter's coefficient of variation must be ≤ 1/√3 ≈ 0.577 (else factors go negative)",
+            ));
+        }
+        if x > 10.0 {
+            return Err(ConfigError::invalid(file, &key, x, "must be ≤ 10"));
+        }
+        Ok(x)
+    };
+    Ok(VariabilityParams {
+        distribution,
+        compute_cv: cv("compute_cv", v.compute_cv)?,
+        comm_cv: cv("comm_cv", v.comm_cv)?,
     })
 }
 

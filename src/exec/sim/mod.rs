@@ -15,16 +15,19 @@
 mod interference;
 mod network;
 mod queue;
+pub mod variability;
 
 use crate::cost::{self, CostError};
 use crate::fasthash::IntMap;
 use crate::plan::{LaunchId, NO_PARTNER, OpId, OpKind, Plan};
-use crate::scenario::{Hardware, InterferenceParams, Scenario, Transport};
+use crate::scenario::{Hardware, InterferenceParams, Scenario, Straggler, StragglerTarget, Transport};
 use crate::topology::{Router, TopologyError};
 use interference::InterferenceState;
 use network::Network;
 use ordered_float::NotNan;
 use queue::RadixQueue;
+pub use variability::Jitter;
+use variability::Draw;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SimError {
@@ -40,6 +43,18 @@ pub enum SimError {
         "simulated time overflowed at op {label} (a bandwidth near zero or a size near infinity?)"
     )]
     TimeOverflow { label: String },
+    #[error("straggler `{straggler}`: rank {rank} is not one of the plan's {ranks} ranks")]
+    StragglerRank {
+        straggler: String,
+        rank: u32,
+        ranks: u32,
+    },
+    #[error("straggler `{straggler}`: the topology has no link `{link}` (links are named like {example})")]
+    StragglerLink {
+        straggler: String,
+        link: String,
+        example: String,
+    },
     #[error(
         "deadlock: {done} of {total} ops finished; launch of {label} on rank {rank} never started"
     )]
@@ -60,6 +75,10 @@ pub struct SimOptions {
     pub max_events: u64,
     /// Slow compute beside communication; `None`: compute runs at its cost-model time.
     pub interference: Option<Interference>,
+    /// Seeded jitter of compute and message times; `None`: none.
+    pub jitter: Option<Jitter>,
+    /// Ranks and links slower than their peers.
+    pub stragglers: Vec<Straggler>,
 }
 
 impl Default for SimOptions {
@@ -68,6 +87,8 @@ impl Default for SimOptions {
             record_links: true,
             max_events: 2_000_000_000,
             interference: None,
+            jitter: None,
+            stragglers: Vec::new(),
         }
     }
 }
@@ -172,6 +193,23 @@ struct Engine<'p> {
     link_spans: Vec<LinkSpan>,
     interference: Option<InterferenceState>,
     resched: Vec<interference::Reschedule>,
+    jitter: Option<&'p Jitter>,
+}
+
+/// Compute-time factor per rank (1 unless a straggler slows it).
+fn rank_factors(plan: &Plan, stragglers: &[Straggler]) -> Result<Vec<f64>, SimError> {
+    let mut f = vec![1.0; plan.ranks as usize];
+    for s in stragglers {
+        if let StragglerTarget::Rank(r) = s.target {
+            let slot = f.get_mut(r as usize).ok_or_else(|| SimError::StragglerRank {
+                straggler: s.to_string(),
+                rank: r,
+                ranks: plan.ranks,
+            })?;
+            *slot *= s.factor;
+        }
+    }
+    Ok(f)
 }
 
 /// Run `plan` on `hw`; rank r runs on GPU r of the topology.
@@ -186,11 +224,38 @@ pub fn simulate(plan: &Plan, hw: &Hardware, opts: &SimOptions) -> Result<SimResu
     })
 }
 
+/// The network of `topo` with straggler links' bandwidth divided by their factor.
+fn network_with_stragglers(
+    topo: &crate::topology::Topology,
+    stragglers: &[Straggler],
+) -> Result<Network, SimError> {
+    let mut net = Network::new(topo);
+    for s in stragglers {
+        if let StragglerTarget::Link(name) = &s.target {
+            let id = (0..topo.link_count())
+                .find(|&l| topo.link_name(l) == *name)
+                .ok_or_else(|| SimError::StragglerLink {
+                    straggler: s.to_string(),
+                    link: name.clone(),
+                    example: if topo.link_count() > 0 {
+                        format!("`{}`", topo.link_name(0))
+                    } else {
+                        "`a->b`".into()
+                    },
+                })?;
+            net.slow_link(id, s.factor);
+        }
+    }
+    Ok(net)
+}
+
 impl<'p> Engine<'p> {
     /// Per-op and per-launch state in one pass over the plan. Consecutive ops often share a
     /// shape, so the last GEMM's time is reused.
     fn new(plan: &'p Plan, hw: &'p Hardware, opts: &'p SimOptions) -> Result<Engine<'p>, SimError> {
         let gpu = &hw.gpu;
+        let slow = rank_factors(plan, &opts.stragglers)?;
+        let jitter = opts.jitter.as_ref();
         let mut launch = vec![
             LaunchState {
                 pending: 0,
@@ -232,6 +297,12 @@ impl<'p> Engine<'p> {
                 OpKind::Copy { bytes } => cost::elementwise_time(gpu, bytes.saturating_mul(2)),
                 OpKind::Send { .. } | OpKind::Recv { .. } => COMM,
             };
+            let duration = if duration == COMM {
+                COMM
+            } else {
+                let j = jitter.map_or(1.0, |j| j.factor(id as OpId, Draw::Compute));
+                duration * slow[o.rank as usize] * j
+            };
             times.push(OpTimes {
                 start: f64::NAN,
                 end: duration,
@@ -255,7 +326,7 @@ impl<'p> Engine<'p> {
             op_launch,
             launch,
             done_ops: 0,
-            net: Network::new(&hw.topology),
+            net: network_with_stragglers(&hw.topology, &opts.stragglers)?,
             transfers: Vec::new(),
             routes: IntMap::default(),
             router: Router::new(&hw.topology),
@@ -265,6 +336,7 @@ impl<'p> Engine<'p> {
                 .clone()
                 .map(|m| InterferenceState::new(m, plan.ranks as usize, plan.op_count())),
             resched: Vec::new(),
+            jitter,
         })
     }
 
@@ -444,7 +516,12 @@ impl<'p> Engine<'p> {
             unreachable!("send op")
         };
         let (rs, rl, lat) = self.route(src, dst)?;
-        let f = self.net.add_flow(rs, rl, bytes as f64);
+        // Jitter: the message's latency and its effective bandwidth each get a factor
+        // (a slower message drains as if it carried more bytes).
+        let (jl, jb) = self.jitter.map_or((1.0, 1.0), |j| {
+            (j.factor(send, Draw::Latency), j.factor(send, Draw::Bandwidth))
+        });
+        let f = self.net.add_flow(rs, rl, bytes as f64 * jb);
         self.transfers.push(Transfer {
             send,
             recv,
@@ -457,7 +534,7 @@ impl<'p> Engine<'p> {
         } else {
             self.hw.comm.message_latency
         };
-        let alpha = sw + lat;
+        let alpha = (sw + lat) * jl;
         self.schedule(self.now + alpha, Ev::FlowStart(f), send)
     }
 

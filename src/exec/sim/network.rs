@@ -53,6 +53,11 @@ impl Network {
         }
     }
 
+    /// Divide link `id`'s bandwidth by `factor` (before any flow starts).
+    pub fn slow_link(&mut self, id: usize, factor: f64) {
+        self.capacity[id] /= factor;
+    }
+
     pub fn links_of(&self, f: u32) -> &[u32] {
         let fl = &self.flows[f as usize];
         &self.route_links[fl.route_start as usize..(fl.route_start + fl.route_len) as usize]

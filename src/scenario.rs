@@ -293,9 +293,7 @@ impl Straggler {
         let (what, factor) = s.rsplit_once('=').ok_or_else(bad)?;
         let factor: f64 = factor.trim().parse().map_err(|_| bad())?;
         if !(factor.is_finite() && factor > 0.0) {
-            return Err(format!(
-                "straggler `{s}`: factor must be finite and > 0"
-            ));
+            return Err(format!("straggler `{s}`: factor must be finite and > 0"));
         }
         let target = if let Some(r) = what.strip_prefix("rank:") {
             StragglerTarget::Rank(r.trim().parse().map_err(|_| bad())?)

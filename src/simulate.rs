@@ -1,8 +1,9 @@
 //! Scenario → (per strategy) Plan → simulation → Timeline → Metrics.
 
-use crate::exec::sim::{self, SimError, SimOptions};
+use crate::exec::sim::variability::{percentile, sample_seed};
+use crate::exec::sim::{self, Jitter, SimError, SimOptions};
 use crate::plan::Plan;
-use crate::scenario::{Scenario, Strategy};
+use crate::scenario::{Scenario, Strategy, VariabilityParams};
 use crate::strategy::{self, StrategyError};
 use crate::timeline::Timeline;
 use crate::timeline::metrics::{Metrics, metrics};
@@ -66,6 +67,108 @@ pub fn run_strategy(
 pub struct ScenarioRun {
     pub runs: Vec<StrategyRun>,
     pub sequential_makespan: f64,
+    /// Percentiles over jittered samples, when asked for ([`sample_scenario`]).
+    pub sampling: Option<Sampling>,
+}
+
+/// p50 / p90 / p99 (nearest rank), min, max and mean of one metric over the samples.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Spread {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub min: f64,
+    pub max: f64,
+    pub mean: f64,
+}
+
+impl Spread {
+    /// The spread of `xs` (seconds), in seconds.
+    pub fn of(mut xs: Vec<f64>) -> Spread {
+        xs.sort_by(f64::total_cmp);
+        let n = xs.len().max(1) as f64;
+        Spread {
+            p50: percentile(&xs, 50.0),
+            p90: percentile(&xs, 90.0),
+            p99: percentile(&xs, 99.0),
+            min: xs.first().copied().unwrap_or(f64::NAN),
+            max: xs.last().copied().unwrap_or(f64::NAN),
+            mean: xs.iter().sum::<f64>() / n,
+        }
+    }
+}
+
+/// One strategy's makespan and exposed communication over the samples (seconds).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StrategySamples {
+    pub strategy: Strategy,
+    pub makespan: Spread,
+    pub exposed_comm: Spread,
+}
+
+/// A sampled scenario: `samples` runs, sample i seeded from (`seed`, i).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sampling {
+    pub samples: u64,
+    pub seed: u64,
+    pub params: VariabilityParams,
+    pub strategies: Vec<StrategySamples>,
+}
+
+/// Run every strategy of `sc` `samples` times with jitter `params`, sample i seeded with
+/// `sample_seed(seed, i)`; the plan of each strategy is built once. The same seed gives
+/// the same numbers.
+pub fn sample_scenario(
+    sc: &Scenario,
+    opts: &SimOptions,
+    params: &VariabilityParams,
+    samples: u64,
+    seed: u64,
+) -> Result<Sampling, RunError> {
+    let mut out = Vec::with_capacity(sc.strategies.len());
+    let base = SimOptions {
+        record_links: false,
+        ..opts.clone()
+    }
+    .for_scenario(sc);
+    let peak = sc.hardware.gpu.peak(sc.dtype).unwrap_or(0.0);
+    for &strategy in &sc.strategies {
+        let name = strategy.to_string();
+        let plan =
+            strategy::build(sc, sc.workload, strategy).map_err(|source| RunError::Strategy {
+                strategy: name.clone(),
+                source,
+            })?;
+        let (mut ms, mut ex) = (Vec::new(), Vec::new());
+        for i in 0..samples {
+            let o = SimOptions {
+                jitter: Some(Jitter {
+                    params: params.clone(),
+                    seed: sample_seed(seed, i),
+                }),
+                ..base.clone()
+            };
+            let res = sim::simulate(&plan, &sc.hardware, &o).map_err(|source| RunError::Sim {
+                strategy: name.clone(),
+                source,
+            })?;
+            let tl = Timeline::predicted(&sc.name, &name, &plan, &sc.hardware.topology, &res, peak);
+            let m = metrics(&tl);
+            ms.push(m.makespan);
+            ex.push(m.exposed_comm);
+        }
+        out.push(StrategySamples {
+            strategy,
+            makespan: Spread::of(ms),
+            exposed_comm: Spread::of(ex),
+        });
+    }
+    Ok(Sampling {
+        samples,
+        seed,
+        params: params.clone(),
+        strategies: out,
+    })
 }
 
 pub fn run_scenario(sc: &Scenario, opts: &SimOptions) -> Result<ScenarioRun, RunError> {
@@ -88,5 +191,6 @@ pub fn run_scenario(sc: &Scenario, opts: &SimOptions) -> Result<ScenarioRun, Run
     Ok(ScenarioRun {
         runs,
         sequential_makespan,
+        sampling: None,
     })
 }

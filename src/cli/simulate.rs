@@ -70,6 +70,65 @@ pub struct Args {
     /// Refuse runs longer than this many events.
     #[arg(long, default_value_t = SimOptions::default().max_events)]
     pub max_events: u64,
+    /// Also run each strategy this many times with seeded jitter (the profile's
+    /// `[variability]`, or --compute-jitter/--comm-jitter) and report p50/p90/p99.
+    #[arg(long, default_value_t = 0)]
+    pub samples: u64,
+    /// Seed of the jittered samples (same seed, same numbers).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Coefficient of variation of compute-op times (overrides the profile's).
+    #[arg(long)]
+    pub compute_jitter: Option<f64>,
+    /// Coefficient of variation of message latency and bandwidth (overrides the profile's).
+    #[arg(long)]
+    pub comm_jitter: Option<f64>,
+    /// Jitter distribution: lognormal, normal or uniform (overrides the profile's).
+    #[arg(long)]
+    pub jitter_distribution: Option<String>,
+    /// A slower rank or link, `rank:R=FACTOR` or `link:A->B=FACTOR` (repeatable); applies
+    /// to every run, sampled or not.
+    #[arg(long = "straggler")]
+    pub stragglers: Vec<String>,
+}
+
+/// The jitter the flags and the profile ask for; `None` when no samples are asked for.
+fn jitter_params(
+    a: &Args,
+    sc: &Scenario,
+) -> Result<Option<crate::scenario::VariabilityParams>, CliError> {
+    if a.samples == 0 {
+        if a.compute_jitter.is_some() || a.comm_jitter.is_some() || a.jitter_distribution.is_some()
+        {
+            return Err(CliError::input(
+                "--compute-jitter, --comm-jitter and --jitter-distribution need --samples N (N ≥ 1)",
+            ));
+        }
+        return Ok(None);
+    }
+    let base = sc.hardware.variability.clone();
+    if base.is_none() && a.compute_jitter.is_none() && a.comm_jitter.is_none() {
+        return Err(CliError::input(format!(
+            "--samples: hardware profile `{}` has no [variability] section; give --compute-jitter and/or --comm-jitter",
+            sc.hardware.name
+        )));
+    }
+    let f = crate::config::files::VariabilityFile {
+        distribution: a.jitter_distribution.clone().unwrap_or_else(|| {
+            base.as_ref()
+                .map_or("lognormal", |b| b.distribution.name())
+                .to_string()
+        }),
+        compute_cv: a
+            .compute_jitter
+            .unwrap_or_else(|| base.as_ref().map_or(0.0, |b| b.compute_cv)),
+        comm_cv: a
+            .comm_jitter
+            .unwrap_or_else(|| base.as_ref().map_or(0.0, |b| b.comm_cv)),
+    };
+    crate::config::validate::variability("command line", "jitter", &f)
+        .map(Some)
+        .map_err(CliError::input)
 }
 
 /// Read the scenario and apply the command-line overrides, remembering which keys came
@@ -149,12 +208,25 @@ fn file_stem(strategy: &str) -> String {
 
 pub fn run(a: Args) -> Result<(), CliError> {
     let sc = scenario(&a)?;
+    let stragglers = a
+        .stragglers
+        .iter()
+        .map(|s| crate::scenario::Straggler::parse(s))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| CliError::input(format!("--straggler: {e}")))?;
+    let jitter = jitter_params(&a, &sc)?;
     let opts = SimOptions {
         record_links: true,
         max_events: a.max_events,
+        stragglers,
         ..SimOptions::default()
     };
-    let run = simulate::run_scenario(&sc, &opts).map_err(CliError::run)?;
+    let mut run = simulate::run_scenario(&sc, &opts).map_err(CliError::run)?;
+    if let Some(p) = &jitter {
+        run.sampling = Some(
+            simulate::sample_scenario(&sc, &opts, p, a.samples, a.seed).map_err(CliError::run)?,
+        );
+    }
     let table = report::table(&sc, &run);
     let json = report::json(&sc, &run);
     let timelines: Vec<_> = run.runs.iter().map(|r| &r.timeline).collect();

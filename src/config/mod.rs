@@ -6,7 +6,7 @@
 
 pub mod files;
 mod presets;
-mod validate;
+pub(crate) mod validate;
 
 pub use files::*;
 pub use presets::{Preset, PresetKind, presets};

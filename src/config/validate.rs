@@ -217,7 +217,12 @@ pub fn variability(file: &str, section: &str, v: &VariabilityFile) -> R<Variabil
     let cv = |key: &str, x: f64| -> R<f64> {
         let key = format!("{section}.{key}");
         if !(x.is_finite() && x >= 0.0) {
-            return Err(ConfigError::invalid(file, &key, x, "must be finite and ≥ 0"));
+            return Err(ConfigError::invalid(
+                file,
+                &key,
+                x,
+                "must be finite and ≥ 0",
+            ));
         }
         if distribution == JitterDistribution::Uniform && x > 1.0 / 3f64.sqrt() {
             return Err(ConfigError::invalid(

@@ -13,6 +13,58 @@ pub struct ResultsFile {
     pub version: u32,
     pub scenario: ScenarioSummary,
     pub results: Vec<ResultRow>,
+    /// Present when the run was sampled with jitter (`--samples`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub variability: Option<VariabilityReport>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct VariabilityReport {
+    pub samples: u64,
+    pub seed: u64,
+    pub distribution: String,
+    pub compute_cv: f64,
+    pub comm_cv: f64,
+    pub results: Vec<SampledRow>,
+}
+
+/// Microseconds.
+#[derive(Debug, Clone, Serialize)]
+pub struct SampledRow {
+    pub strategy: String,
+    pub makespan_us: crate::simulate::Spread,
+    pub exposed_comm_us: crate::simulate::Spread,
+}
+
+fn spread_us(s: &crate::simulate::Spread) -> crate::simulate::Spread {
+    crate::simulate::Spread {
+        p50: us(s.p50),
+        p90: us(s.p90),
+        p99: us(s.p99),
+        min: us(s.min),
+        max: us(s.max),
+        mean: us(s.mean),
+    }
+}
+
+fn variability(run: &ScenarioRun) -> Option<VariabilityReport> {
+    let s = run.sampling.as_ref()?;
+    Some(VariabilityReport {
+        samples: s.samples,
+        seed: s.seed,
+        distribution: s.params.distribution.name().into(),
+        compute_cv: s.params.compute_cv,
+        comm_cv: s.params.comm_cv,
+        results: s
+            .strategies
+            .iter()
+            .map(|r| SampledRow {
+                strategy: r.strategy.to_string(),
+                makespan_us: spread_us(&r.makespan),
+                exposed_comm_us: spread_us(&r.exposed_comm),
+            })
+            .collect(),
+    })
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -110,6 +162,7 @@ pub fn results_file(sc: &Scenario, run: &ScenarioRun) -> ResultsFile {
         version: VERSION,
         scenario: summary(sc),
         results: rows(run),
+        variability: variability(run),
     }
 }
 
@@ -179,6 +232,47 @@ pub fn table(sc: &Scenario, run: &ScenarioRun) -> String {
     out.push_str(&line(header.to_vec()));
     for row in &body {
         out.push_str(&line(row.iter().map(String::as_str).collect()));
+    }
+    if let Some(v) = variability(run) {
+        out.push_str(&format!(
+            "\nvariability: {} samples, seed {}, {} jitter, cv compute {} comm {}\n",
+            v.samples, v.seed, v.distribution, v.compute_cv, v.comm_cv
+        ));
+        let header = [
+            "strategy",
+            "makespan_us p50/p90/p99",
+            "exposed_comm_us p50/p90/p99",
+        ];
+        let body: Vec<[String; 3]> = v
+            .results
+            .iter()
+            .map(|r| {
+                let f =
+                    |s: &crate::simulate::Spread| format!("{:.1}/{:.1}/{:.1}", s.p50, s.p90, s.p99);
+                [r.strategy.clone(), f(&r.makespan_us), f(&r.exposed_comm_us)]
+            })
+            .collect();
+        let mut w = header.map(str::len);
+        for row in &body {
+            for (i, c) in row.iter().enumerate() {
+                w[i] = w[i].max(c.len());
+            }
+        }
+        let mut push = |cells: [&str; 3]| {
+            out.push_str(&format!(
+                "{:<a$}  {:>b$}  {:>c$}\n",
+                cells[0],
+                cells[1],
+                cells[2],
+                a = w[0],
+                b = w[1],
+                c = w[2]
+            ));
+        };
+        push(header);
+        for r in &body {
+            push([&r[0], &r[1], &r[2]]);
+        }
     }
     out
 }

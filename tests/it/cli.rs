@@ -206,3 +206,45 @@ fn collective_json_and_csv_agree_and_busbw_follows_nccl_tests() {
         .collect();
     assert!(bw[0] < bw[1] && bw[1] < bw[2], "{bw:?}");
 }
+
+#[test]
+fn samples_report_ordered_percentiles_and_reproduce_by_seed() {
+    let args = [
+        "simulate",
+        "--samples",
+        "20",
+        "--seed",
+        "5",
+        "--format",
+        "json",
+    ];
+    let a = stdout(&args);
+    assert_eq!(a, stdout(&args), "same seed, same bytes");
+    let v: serde_json::Value = serde_json::from_str(&a).unwrap();
+    let var = &v["variability"];
+    assert_eq!(var["samples"], 20);
+    assert_eq!(var["distribution"], "lognormal");
+    for r in var["results"].as_array().unwrap() {
+        let m = &r["makespan_us"];
+        let (p50, p90, p99) = (
+            m["p50"].as_f64().unwrap(),
+            m["p90"].as_f64().unwrap(),
+            m["p99"].as_f64().unwrap(),
+        );
+        assert!(p50 <= p90 && p90 <= p99, "{r}");
+    }
+    let other = stdout(&[
+        "simulate",
+        "--samples",
+        "20",
+        "--seed",
+        "6",
+        "--format",
+        "json",
+    ]);
+    assert_ne!(a, other);
+    // Without --samples the document has no variability section.
+    assert!(!stdout(&["simulate", "--format", "json"]).contains("variability"));
+    let table = stdout(&["simulate", "--samples", "4"]);
+    assert!(table.contains("makespan_us p50/p90/p99"), "{table}");
+}

@@ -20,14 +20,16 @@ pub mod variability;
 use crate::cost::{self, CostError};
 use crate::fasthash::IntMap;
 use crate::plan::{LaunchId, NO_PARTNER, OpId, OpKind, Plan};
-use crate::scenario::{Hardware, InterferenceParams, Scenario, Straggler, StragglerTarget, Transport};
+use crate::scenario::{
+    Hardware, InterferenceParams, Scenario, Straggler, StragglerTarget, Transport,
+};
 use crate::topology::{Router, TopologyError};
 use interference::InterferenceState;
 use network::Network;
 use ordered_float::NotNan;
 use queue::RadixQueue;
-pub use variability::Jitter;
 use variability::Draw;
+pub use variability::Jitter;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SimError {
@@ -49,7 +51,9 @@ pub enum SimError {
         rank: u32,
         ranks: u32,
     },
-    #[error("straggler `{straggler}`: the topology has no link `{link}` (links are named like {example})")]
+    #[error(
+        "straggler `{straggler}`: the topology has no link `{link}` (links are named like {example})"
+    )]
     StragglerLink {
         straggler: String,
         link: String,
@@ -201,11 +205,13 @@ fn rank_factors(plan: &Plan, stragglers: &[Straggler]) -> Result<Vec<f64>, SimEr
     let mut f = vec![1.0; plan.ranks as usize];
     for s in stragglers {
         if let StragglerTarget::Rank(r) = s.target {
-            let slot = f.get_mut(r as usize).ok_or_else(|| SimError::StragglerRank {
-                straggler: s.to_string(),
-                rank: r,
-                ranks: plan.ranks,
-            })?;
+            let slot = f
+                .get_mut(r as usize)
+                .ok_or_else(|| SimError::StragglerRank {
+                    straggler: s.to_string(),
+                    rank: r,
+                    ranks: plan.ranks,
+                })?;
             *slot *= s.factor;
         }
     }
@@ -519,7 +525,10 @@ impl<'p> Engine<'p> {
         // Jitter: the message's latency and its effective bandwidth each get a factor
         // (a slower message drains as if it carried more bytes).
         let (jl, jb) = self.jitter.map_or((1.0, 1.0), |j| {
-            (j.factor(send, Draw::Latency), j.factor(send, Draw::Bandwidth))
+            (
+                j.factor(send, Draw::Latency),
+                j.factor(send, Draw::Bandwidth),
+            )
         });
         let f = self.net.add_flow(rs, rl, bytes as f64 * jb);
         self.transfers.push(Transfer {

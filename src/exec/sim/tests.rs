@@ -744,3 +744,110 @@ fn large_ring_all_reduce_busbw_on_h100_sxm_8_is_in_the_published_range() {
     let busbw = s as f64 / t * C::AllReduce.busbw_factor(8) / 1e9;
     assert!((340.0..=380.0).contains(&busbw), "busbw {busbw:.1} GB/s");
 }
+
+fn params(cv: f64) -> crate::scenario::VariabilityParams {
+    crate::scenario::VariabilityParams {
+        distribution: crate::scenario::JitterDistribution::Lognormal,
+        compute_cv: cv,
+        comm_cv: cv,
+    }
+}
+
+#[test]
+fn variability_percentiles_are_ordered_collapse_without_jitter_and_reproduce() {
+    let sc = scenario(4, 200.0, Workload::Mlp);
+    let sc = Scenario {
+        strategies: vec![Strategy::Sequential, Strategy::Flash],
+        ..sc
+    };
+    let o = SimOptions::default();
+    let a = crate::simulate::sample_scenario(&sc, &o, &params(0.1), 40, 9).unwrap();
+    for s in &a.strategies {
+        for d in [&s.makespan, &s.exposed_comm] {
+            assert!(d.min <= d.p50 && d.p50 <= d.p90 && d.p90 <= d.p99 && d.p99 <= d.max);
+        }
+        assert!(
+            s.makespan.max > s.makespan.min,
+            "jitter spreads the makespan"
+        );
+    }
+    let b = crate::simulate::sample_scenario(&sc, &o, &params(0.1), 40, 9).unwrap();
+    assert_eq!(a, b, "same seed, same numbers");
+    let c = crate::simulate::sample_scenario(&sc, &o, &params(0.1), 40, 10).unwrap();
+    assert_ne!(a, c, "another seed, other numbers");
+    let z = crate::simulate::sample_scenario(&sc, &o, &params(0.0), 5, 9).unwrap();
+    for (s, &st) in z.strategies.iter().zip(&sc.strategies) {
+        let (ms, ex) = makespan(&sc, st);
+        for (d, want) in [(&s.makespan, ms), (&s.exposed_comm, ex)] {
+            assert_eq!((d.min, d.max, d.p50), (want, want, want), "{st}");
+        }
+    }
+}
+
+#[test]
+fn stragglers_slow_their_rank_or_link_by_the_factor() {
+    let t = OpTag {
+        site: 0,
+        step: 0,
+        slice: 0,
+    };
+    // One GEMM on each of two ranks: a 1.5× straggler on rank 1 stretches only its GEMM.
+    let mut b = PlanBuilder::new(2);
+    b.site("x");
+    for r in 0..2 {
+        let s = b.stream(r, "compute", StreamKind::Compute);
+        let g = OpKind::Gemm {
+            m: 4096,
+            n: 4096,
+            k: 4096,
+            dtype: crate::scenario::DType::Bf16,
+        };
+        b.single(s, g, &[], t).unwrap();
+    }
+    let plan = b.finish().unwrap();
+    let sc = scenario(2, 200.0, Workload::Mlp);
+    let slow = |s: &str| SimOptions {
+        stragglers: vec![crate::scenario::Straggler::parse(s).unwrap()],
+        ..SimOptions::default()
+    };
+    let base = simulate(&plan, &sc.hardware, &SimOptions::default()).unwrap();
+    let st = simulate(&plan, &sc.hardware, &slow("rank:1=1.5")).unwrap();
+    assert_eq!(st.times[0], base.times[0]);
+    close(st.times[1].end, base.times[1].end * 1.5, "straggler rank");
+    let err = simulate(&plan, &sc.hardware, &slow("rank:7=2")).unwrap_err();
+    assert!(err.to_string().contains("rank 7"), "{err}");
+    let err = simulate(&plan, &sc.hardware, &slow("link:nope->x=2")).unwrap_err();
+    assert!(err.to_string().contains("nope->x"), "{err}");
+
+    // A 64 MiB send over a link slowed 2×: the drain takes twice as long.
+    let mut b = PlanBuilder::new(2);
+    b.site("x");
+    let s0 = b.stream(0, "comm", StreamKind::Comm);
+    let s1 = b.stream(1, "comm", StreamKind::Comm);
+    let bytes = 64u64 << 20;
+    let tag = b.msg_tag();
+    let send = OpKind::Send {
+        peer: 1,
+        bytes,
+        tag,
+    };
+    b.single(s0, send, &[], t).unwrap();
+    let recv = OpKind::Recv {
+        peer: 0,
+        bytes,
+        tag,
+        accumulate: false,
+    };
+    b.single(s1, recv, &[], t).unwrap();
+    let plan = b.finish().unwrap();
+    let topo = &sc.hardware.topology;
+    let first = crate::topology::Router::new(topo)
+        .route(0, 1)
+        .unwrap()
+        .links[0];
+    let link = topo.link_name(first as usize);
+    let base = simulate(&plan, &sc.hardware, &SimOptions::default()).unwrap();
+    let st = simulate(&plan, &sc.hardware, &slow(&format!("link:{link}=2"))).unwrap();
+    let drain = bytes as f64 / bw(&sc);
+    close(st.times[0].end - base.times[0].end, drain, "straggler link");
+}

@@ -124,7 +124,10 @@ mod tests {
         let a = jitter(JitterDistribution::Lognormal, 0.2);
         let b = a.clone();
         assert!((0..1000).all(|i| a.factor(i, Draw::Bandwidth) == b.factor(i, Draw::Bandwidth)));
-        let c = Jitter { seed: 8, ..a.clone() };
+        let c = Jitter {
+            seed: 8,
+            ..a.clone()
+        };
         assert!((0..1000).any(|i| a.factor(i, Draw::Compute) != c.factor(i, Draw::Compute)));
     }
 

@@ -851,3 +851,32 @@ fn stragglers_slow_their_rank_or_link_by_the_factor() {
     let drain = bytes as f64 / bw(&sc);
     close(st.times[0].end - base.times[0].end, drain, "straggler link");
 }
+
+#[test]
+fn full_mesh_direct_all_gather_has_no_contention() {
+    // ascend-910b-8: each NPU pair has its own link, so the 7 messages of a direct
+    // all-gather all drain at the full link rate at once (on NVSwitch they share a port).
+    use crate::strategy::collective::{Algorithm as A, CollectiveOp as C};
+    let hw = config::load_hardware("ascend-910b-8", None).unwrap();
+    let l = hw.topology.link(0);
+    let s = 1u64 << 30;
+    let piece = (s / 8) as f64;
+    close(
+        collective_time(&hw, C::AllGather, A::Direct, 8, s),
+        hw.comm.message_latency + l.latency + piece / l.bandwidth,
+        "full-mesh direct AG",
+    );
+    // A ring all-gather uses one link per rank per step: 7 steps of a piece each.
+    let ring = crate::cost::ring_collective_time(
+        8,
+        hw.comm.message_latency + l.latency,
+        hw.comm.step_latency + l.latency,
+        l.bandwidth,
+        s,
+    );
+    close(
+        collective_time(&hw, C::AllGather, A::Ring, 8, s),
+        ring,
+        "full-mesh ring AG",
+    );
+}

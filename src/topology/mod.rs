@@ -3,9 +3,11 @@
 //! shapes; [`Router`] finds the route of a GPU-to-GPU message.
 
 mod builders;
+mod nccl_xml;
 mod route;
 
 pub use builders::{LinkSpec, PcieTreeSpec, RailFatTreeSpec};
+pub use nccl_xml::{NcclXmlError, from_nccl_xml};
 pub use route::{Route, Router};
 
 use petgraph::graph::{DiGraph, EdgeIndex, NodeIndex};

@@ -1,0 +1,317 @@
+//! Import of the topology XML that NCCL writes with `NCCL_TOPO_DUMP_FILE`.
+//!
+//! The XML nests `<cpu>` (NUMA nodes) → `<pci>` (bridges, switches, devices) → `<gpu>`
+//! with `<nvlink>` children, and `<nic>` → `<net>`. It becomes a [`Topology`]: GPUs named
+//! `gpu{dev}` (rank r runs on the GPU with the r-th smallest `dev`), one `nvswitch` when
+//! any NVLink targets an NVSwitch, PCIe switches `pci{busid}`, CPUs `cpu{numaid}`, NICs
+//! `nic-{name}`, each link in both directions. Bandwidths follow NCCL's own rules
+//! (`src/graph/topo.cc`, `topo.h`): an NVLink carries 18/20/20/12/20.6/40.1 GB/s per link
+//! for SM 6x/7x/80/86/90/100 times its `count`; a PCIe link `width × speed × r / 80` GB/s
+//! (r = 6 for 2.5 and 5 GT/s, 7.5 from 8 GT/s); a NIC `speed` Mb/s / 8000; CPU sockets are
+//! joined pairwise at NCCL's inter-socket figures (Intel 10 GB/s, Sapphire Rapids or later
+//! 22, AMD 16). Link latencies are not in the XML; they are assumptions: 0.5 µs per NVLink
+//! or PCIe hop, 1 µs across sockets, 2 µs for a NIC.
+
+use super::{Device, DeviceKind, Link, Topology, TopologyError};
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum NcclXmlError {
+    #[error("{file}: malformed XML: {message}")]
+    Syntax { file: String, message: String },
+    #[error("{file}: the root element is <{found}>, expected <system>")]
+    Root { file: String, found: String },
+    #[error("{file}: line {line}: <{element}> lacks the attribute `{attr}`")]
+    Missing {
+        file: String,
+        line: u32,
+        element: String,
+        attr: &'static str,
+    },
+    #[error("{file}: line {line}: <{element} {attr}=\"{value}\">: {why}")]
+    BadValue {
+        file: String,
+        line: u32,
+        element: String,
+        attr: &'static str,
+        value: String,
+        why: &'static str,
+    },
+    #[error("{file}: {source}")]
+    Topology {
+        file: String,
+        #[source]
+        source: TopologyError,
+    },
+}
+
+const NVLINK_LAT: f64 = 0.5e-6;
+const PCI_LAT: f64 = 0.5e-6;
+const SOCKET_LAT: f64 = 1e-6;
+const NIC_LAT: f64 = 2e-6;
+const NVSWITCH_CLASS: &str = "0x068000";
+
+struct Builder<'a> {
+    file: &'a str,
+    text: &'a str,
+    devices: Vec<Device>,
+    links: Vec<(String, String, Link)>,
+    /// (gpu dev, name) for ordering.
+    gpus: Vec<(u64, String)>,
+    /// busid (lower case) of each GPU's PCI device → GPU name.
+    gpu_bus: Vec<(String, String)>,
+    /// (from gpu, target busid, tclass, GB/s), resolved once every GPU is known.
+    nvlinks: Vec<(String, String, String, f64, u32)>,
+    cpus: Vec<(String, f64)>,
+    nics: usize,
+}
+
+type R<T> = Result<T, NcclXmlError>;
+
+impl<'a> Builder<'a> {
+    fn line(&self, n: roxmltree::Node) -> u32 {
+        self.text[..n.range().start].bytes().filter(|&b| b == b'\n').count() as u32 + 1
+    }
+
+    fn attr(&self, n: roxmltree::Node<'a, 'a>, a: &'static str) -> R<&'a str> {
+        n.attribute(a).ok_or_else(|| NcclXmlError::Missing {
+            file: self.file.into(),
+            line: self.line(n),
+            element: n.tag_name().name().into(),
+            attr: a,
+        })
+    }
+
+    fn bad(&self, n: roxmltree::Node, a: &'static str, v: &str, why: &'static str) -> NcclXmlError {
+        NcclXmlError::BadValue {
+            file: self.file.into(),
+            line: self.line(n),
+            element: n.tag_name().name().into(),
+            attr: a,
+            value: v.into(),
+            why,
+        }
+    }
+
+    fn number(&self, n: roxmltree::Node<'a, 'a>, a: &'static str) -> R<f64> {
+        let v = self.attr(n, a)?;
+        let x: f64 = v
+            .trim()
+            .parse()
+            .map_err(|_| self.bad(n, a, v, "not a number"))?;
+        if !(x.is_finite() && x >= 0.0) {
+            return Err(self.bad(n, a, v, "must be finite and ≥ 0"));
+        }
+        Ok(x)
+    }
+
+    fn both(&mut self, a: &str, b: &str, gbps: f64, latency: f64) {
+        let l = Link {
+            bandwidth: gbps * 1e9,
+            latency,
+        };
+        self.links.push((a.into(), b.into(), l));
+        self.links.push((b.into(), a.into(), l));
+    }
+
+    fn device(&mut self, kind: DeviceKind, name: String) {
+        self.devices.push(Device { kind, name });
+    }
+
+    /// A `<pci>` element's bandwidth in GB/s; `parent` when it states no speed.
+    fn pci_bw(&self, n: roxmltree::Node<'a, 'a>, parent: f64) -> R<f64> {
+        let (Some(speed), Some(width)) = (n.attribute("link_speed"), n.attribute("link_width"))
+        else {
+            return Ok(parent);
+        };
+        let gts: f64 = speed
+            .split_whitespace()
+            .next()
+            .and_then(|s| s.parse().ok())
+            .filter(|x: &f64| x.is_finite() && *x > 0.0)
+            .ok_or_else(|| self.bad(n, "link_speed", speed, "expected like `16.0 GT/s PCIe`"))?;
+        let w: f64 = width
+            .trim()
+            .parse()
+            .ok()
+            .filter(|x: &f64| x.is_finite() && *x > 0.0 && *x <= 64.0)
+            .ok_or_else(|| self.bad(n, "link_width", width, "expected a lane count 1..64"))?;
+        let r = if gts < 8.0 { 6.0 } else { 7.5 };
+        Ok(w * gts * r / 80.0)
+    }
+
+    fn pci(&mut self, n: roxmltree::Node<'a, 'a>, parent: &str, parent_bw: f64) -> R<()> {
+        let busid = self.attr(n, "busid")?.to_ascii_lowercase();
+        let bw = self.pci_bw(n, parent_bw)?;
+        if let Some(g) = n.children().find(|c| c.has_tag_name("gpu")) {
+            let dev = self.number(g, "dev")?;
+            let name = format!("gpu{dev}");
+            if self.gpus.iter().any(|(_, n)| *n == name) {
+                return Err(self.bad(g, "dev", &dev.to_string(), "a second GPU with this dev"));
+            }
+            let sm = self.number(g, "sm")?;
+            let per_link = match sm as u32 {
+                60..=69 => 18.0,
+                70..=79 => 20.0,
+                86..=89 => 12.0,
+                80..=85 => 20.0,
+                90..=99 => 20.6,
+                100.. => 40.1,
+                _ => 18.0,
+            };
+            self.device(DeviceKind::Gpu, name.clone());
+            self.gpus.push((dev as u64, name.clone()));
+            self.gpu_bus.push((busid.clone(), name.clone()));
+            self.both(parent, &name, bw, PCI_LAT);
+            for l in g.children().filter(|c| c.has_tag_name("nvlink")) {
+                let target = self.attr(l, "target")?.to_ascii_lowercase();
+                let count = self.number(l, "count")?;
+                if count == 0.0 || count > 64.0 {
+                    return Err(self.bad(l, "count", &count.to_string(), "expected 1..64 links"));
+                }
+                let tclass = l.attribute("tclass").unwrap_or("").to_ascii_lowercase();
+                let line = self.line(l);
+                self.nvlinks
+                    .push((name.clone(), target, tclass, per_link * count, line));
+            }
+            return Ok(());
+        }
+        if let Some(nic) = n.children().find(|c| c.has_tag_name("nic")) {
+            return self.nic(nic, parent, bw);
+        }
+        if n.attribute("class").map(str::to_ascii_lowercase).as_deref() == Some(NVSWITCH_CLASS) {
+            // NVSwitch PCI functions carry management traffic only.
+            return Ok(());
+        }
+        let children: Vec<_> = n.children().filter(|c| c.has_tag_name("pci")).collect();
+        if children.is_empty() {
+            return Ok(()); // a leaf device NCCL does not use (storage, another NIC port)
+        }
+        let name = format!("pci{busid}");
+        self.device(DeviceKind::PcieSwitch, name.clone());
+        self.both(parent, &name, bw, PCI_LAT);
+        for c in children {
+            self.pci(c, &name, bw)?;
+        }
+        Ok(())
+    }
+
+    fn nic(&mut self, n: roxmltree::Node<'a, 'a>, parent: &str, bw: f64) -> R<()> {
+        for net in n.children().filter(|c| c.has_tag_name("net")) {
+            let name = format!("nic-{}", self.attr(net, "name")?);
+            if self.devices.iter().any(|d| d.name == name) {
+                continue; // a second port of one NIC
+            }
+            let speed = self.number(net, "speed")? / 8000.0;
+            if speed == 0.0 {
+                return Err(self.bad(net, "speed", "0", "a NIC of zero speed"));
+            }
+            self.device(DeviceKind::Nic, name.clone());
+            self.both(parent, &name, speed.min(bw), NIC_LAT);
+            self.nics += 1;
+        }
+        Ok(())
+    }
+}
+
+/// The topology of the NCCL topology dump `text` (`file` names it in errors).
+pub fn from_nccl_xml(file: &str, name: &str, text: &str) -> Result<Topology, NcclXmlError> {
+    let doc = roxmltree::Document::parse(text).map_err(|e| NcclXmlError::Syntax {
+        file: file.into(),
+        message: e.to_string(),
+    })?;
+    let root = doc.root_element();
+    if !root.has_tag_name("system") {
+        return Err(NcclXmlError::Root {
+            file: file.into(),
+            found: root.tag_name().name().into(),
+        });
+    }
+    let mut b = Builder {
+        file,
+        text,
+        devices: Vec::new(),
+        links: Vec::new(),
+        gpus: Vec::new(),
+        gpu_bus: Vec::new(),
+        nvlinks: Vec::new(),
+        cpus: Vec::new(),
+        nics: 0,
+    };
+    for cpu in root.children().filter(|c| c.has_tag_name("cpu")) {
+        let id = b.attr(cpu, "numaid")?;
+        let cname = format!("cpu{id}");
+        if b.cpus.iter().any(|(n, _)| *n == cname) {
+            return Err(b.bad(cpu, "numaid", id, "a second CPU with this numaid"));
+        }
+        let vendor = cpu.attribute("vendor").unwrap_or("");
+        let model: u32 = cpu
+            .attribute("modelid")
+            .and_then(|m| m.trim().parse().ok())
+            .unwrap_or(0);
+        let qpi = if vendor.contains("AMD") {
+            16.0
+        } else if model >= 0x8f {
+            22.0
+        } else {
+            10.0
+        };
+        b.device(DeviceKind::Cpu, cname.clone());
+        b.cpus.push((cname.clone(), qpi));
+        for c in cpu.children() {
+            if c.has_tag_name("pci") {
+                b.pci(c, &cname, 24.0)?;
+            } else if c.has_tag_name("nic") {
+                b.nic(c, &cname, f64::INFINITY)?;
+            }
+        }
+    }
+    // Sockets pairwise, at the slower side's figure.
+    let cpus = b.cpus.clone();
+    for i in 0..cpus.len() {
+        for j in i + 1..cpus.len() {
+            b.both(&cpus[i].0, &cpus[j].0, cpus[i].1.min(cpus[j].1), SOCKET_LAT);
+        }
+    }
+    let nvl = std::mem::take(&mut b.nvlinks);
+    let mut switch = false;
+    for (gpu, target, tclass, gbps, line) in nvl {
+        let l = Link {
+            bandwidth: gbps * 1e9,
+            latency: NVLINK_LAT,
+        };
+        if tclass == NVSWITCH_CLASS {
+            if !switch {
+                b.device(DeviceKind::NvSwitch, "nvswitch".into());
+                switch = true;
+            }
+            b.both(&gpu, "nvswitch", gbps, NVLINK_LAT);
+        } else if let Some((_, peer)) = b.gpu_bus.iter().find(|(bus, _)| *bus == target) {
+            b.links.push((gpu, peer.clone(), l));
+        } else if tclass.is_empty() || tclass.starts_with("0x03") {
+            return Err(NcclXmlError::BadValue {
+                file: file.into(),
+                line,
+                element: "nvlink".into(),
+                attr: "target",
+                value: target,
+                why: "no GPU has this PCI bus id",
+            });
+        }
+        // An NVLink to a CPU (POWER9/Grace) is left out: GPU traffic does not route there.
+    }
+    // GPUs first, in `dev` order, so that rank r is the r-th GPU.
+    let mut order: Vec<(u64, String)> = b.gpus.clone();
+    order.sort();
+    let mut devices: Vec<Device> = order
+        .iter()
+        .map(|(_, n)| Device {
+            kind: DeviceKind::Gpu,
+            name: n.clone(),
+        })
+        .collect();
+    devices.extend(b.devices.into_iter().filter(|d| d.kind != DeviceKind::Gpu));
+    Topology::from_parts(name, devices, b.links).map_err(|source| NcclXmlError::Topology {
+        file: file.into(),
+        source,
+    })
+}

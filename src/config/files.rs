@@ -146,8 +146,13 @@ pub struct CommFile {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TopologyFile {
-    /// `nvswitch`, `ring`, `full-mesh`, `pcie-tree`, `rail-fat-tree` or `custom`.
+    /// `nvswitch`, `ring`, `full-mesh`, `pcie-tree`, `rail-fat-tree`, `nccl-xml` or `custom`.
     pub kind: String,
+    /// kind `nccl-xml`: the NCCL topology dump (relative to the profile's directory).
+    pub file: Option<String>,
+    /// The profile's directory (set by the loader, not read from TOML).
+    #[serde(skip)]
+    pub base_dir: Option<std::path::PathBuf>,
     pub gpus: Option<i64>,
     // nvswitch, ring, full-mesh
     pub link_gbps: Option<f64>,

@@ -44,6 +44,8 @@ pub enum ConfigError {
         found: u32,
         supported: u32,
     },
+    #[error(transparent)]
+    NcclXml(#[from] crate::topology::NcclXmlError),
     #[error("{file}: topology: {source}")]
     Topology {
         file: String,
@@ -154,6 +156,7 @@ pub fn load_hardware_nodes(
         }
         file.topology.nodes = Some(n.min(i64::MAX as u64) as i64);
     }
+    file.topology.base_dir = src.dir.clone();
     hardware_from_file(&src.name, file)
 }
 

@@ -316,6 +316,30 @@ fn topology_from_file(file: &str, name: &str, t: &TopologyFile) -> R<Topology> {
     };
     let gpus = || -> R<u64> { positive(file, "topology.gpus", req(file, kind, "gpus", t.gpus)?) };
     match kind {
+        "nccl-xml" => {
+            let spec = t.file.as_deref().ok_or_else(|| {
+                ConfigError::invalid(
+                    file,
+                    "topology.file",
+                    "(missing)",
+                    "kind `nccl-xml` needs `file`, the path of an NCCL_TOPO_DUMP_FILE dump",
+                )
+            })?;
+            let path = match &t.base_dir {
+                Some(d) if Path::new(spec).is_relative() => d.join(spec),
+                _ => std::path::PathBuf::from(spec),
+            };
+            let shown = path.display().to_string();
+            let text = std::fs::read_to_string(&path).map_err(|e| {
+                ConfigError::invalid(
+                    file,
+                    "topology.file",
+                    spec,
+                    format!("cannot read {shown}: {e}"),
+                )
+            })?;
+            Ok(crate::topology::from_nccl_xml(&shown, name, &text)?)
+        }
         "nvswitch" | "ring" | "full-mesh" => {
             let n = gpus()?;
             let l = link_spec(file, kind, "link_gbps", "link_latency_us", t)?;
@@ -426,7 +450,7 @@ fn topology_from_file(file: &str, name: &str, t: &TopologyFile) -> R<Topology> {
             file,
             "topology.kind",
             other,
-            "unknown topology kind (known: nvswitch, ring, full-mesh, pcie-tree, rail-fat-tree, custom)",
+            "unknown topology kind (known: nvswitch, ring, full-mesh, pcie-tree, rail-fat-tree, nccl-xml, custom)",
         )),
     }
 }

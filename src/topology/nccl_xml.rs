@@ -69,7 +69,11 @@ type R<T> = Result<T, NcclXmlError>;
 
 impl<'a> Builder<'a> {
     fn line(&self, n: roxmltree::Node) -> u32 {
-        self.text[..n.range().start].bytes().filter(|&b| b == b'\n').count() as u32 + 1
+        self.text[..n.range().start]
+            .bytes()
+            .filter(|&b| b == b'\n')
+            .count() as u32
+            + 1
     }
 
     fn attr(&self, n: roxmltree::Node<'a, 'a>, a: &'static str) -> R<&'a str> {
@@ -314,4 +318,78 @@ pub fn from_nccl_xml(file: &str, name: &str, text: &str) -> Result<Topology, Ncc
         file: file.into(),
         source,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::Router;
+
+    const NVSWITCH: &str = include_str!("../../hardware-profiles/nccl-topo/nvswitch-8.xml");
+    const PCIE: &str = include_str!("../../hardware-profiles/nccl-topo/pcie-8.xml");
+
+    fn bottleneck(t: &Topology, a: usize, b: usize) -> f64 {
+        let r = Router::new(t).route(a, b).unwrap().clone();
+        r.links
+            .iter()
+            .map(|&l| t.link(l as usize).bandwidth)
+            .fold(f64::INFINITY, f64::min)
+    }
+
+    #[test]
+    fn nvswitch_node_sample() {
+        let t = from_nccl_xml("nvswitch-8.xml", "n", NVSWITCH).unwrap();
+        assert_eq!(t.gpu_count(), 8);
+        let counts = t.device_counts();
+        let count = |k| counts.iter().find(|(d, _)| *d == k).map_or(0, |c| c.1);
+        assert_eq!(count(DeviceKind::NvSwitch), 1);
+        assert_eq!(count(DeviceKind::Cpu), 2);
+        assert_eq!(count(DeviceKind::Nic), 8);
+        assert_eq!(count(DeviceKind::PcieSwitch), 8);
+        // GPU to GPU goes through NVSwitch at 18 links × 20.6 GB/s (NCCL's SM90 figure),
+        // also across sockets.
+        for (a, b) in [(0, 1), (0, 7), (3, 4)] {
+            let r = Router::new(&t).route(a, b).unwrap().clone();
+            assert_eq!(r.links.len(), 2, "{a}->{b} via the switch");
+            assert!((bottleneck(&t, a, b) - 18.0 * 20.6e9).abs() < 1.0);
+        }
+        assert_eq!(t.device(t.gpu_node(5)).name, "gpu5");
+    }
+
+    #[test]
+    fn pcie_node_sample_is_bottlenecked_by_the_socket_link() {
+        let t = from_nccl_xml("pcie-8.xml", "p", PCIE).unwrap();
+        assert_eq!(t.gpu_count(), 8);
+        // Same switch: Gen4 x16 = 16 × 16 × 7.5 / 80 = 24 GB/s.
+        assert!((bottleneck(&t, 0, 1) - 24e9).abs() < 1.0);
+        // Across the AMD sockets: NCCL's 16 GB/s.
+        assert!((bottleneck(&t, 0, 4) - 16e9).abs() < 1.0);
+    }
+
+    #[test]
+    fn malformed_and_inconsistent_xml_are_clear_errors() {
+        let cases: [(&str, &[&str]); 6] = [
+            ("<system><cpu numaid=\"0\">", &["x.xml", "malformed XML"]),
+            ("<topology/>", &["<topology>", "expected <system>"]),
+            (
+                "<system><cpu numaid=\"0\"><pci busid=\"0:1\" link_speed=\"fast\" link_width=\"16\"><gpu dev=\"0\" sm=\"90\"/></pci></cpu></system>",
+                &["line 1", "link_speed=\"fast\""],
+            ),
+            (
+                "<system><cpu numaid=\"0\"><pci busid=\"0:1\"><gpu sm=\"90\"/></pci></cpu></system>",
+                &["<gpu>", "`dev`"],
+            ),
+            (
+                "<system><cpu numaid=\"0\"><pci busid=\"0:1\"><gpu dev=\"0\" sm=\"90\">\n<nvlink target=\"0:9\" count=\"4\" tclass=\"0x030200\"/></gpu></pci></cpu></system>",
+                &["line 2", "no GPU has this PCI bus id"],
+            ),
+            ("<system><cpu numaid=\"0\"/></system>", &["x.xml", "GPU"]),
+        ];
+        for (xml, says) in cases {
+            let e = from_nccl_xml("x.xml", "x", xml).unwrap_err().to_string();
+            for s in says {
+                assert!(e.contains(s), "`{s}` not in `{e}`");
+            }
+        }
+    }
 }

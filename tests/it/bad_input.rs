@@ -110,6 +110,21 @@ fn cases(d: &Path) -> Vec<Case> {
              link_gbps = 100.0\n",
         ),
     );
+    let hw_xml_missing = write(
+        d,
+        "xml-missing.toml",
+        &format!("{HW}kind = \"nccl-xml\"\nfile = \"no-such-dump.xml\"\n"),
+    );
+    write(
+        d,
+        "bad-dump.xml",
+        "<system version=\"1\">\n<cpu numaid=\"0\">\n<pci busid=\"0:1\" link_speed=\"warp\" link_width=\"16\"/>\n</cpu></system>\n",
+    );
+    let hw_xml_bad = write(
+        d,
+        "xml-bad.toml",
+        &format!("{HW}kind = \"nccl-xml\"\nfile = \"bad-dump.xml\"\n"),
+    );
     let syntax = write(d, "syntax.toml", "model = \"default-block\"\nbatch = = 3\n");
     let typo = write(d, "typo.toml", &SCENARIO.replace("batch", "bacth"));
     let split_sc = write(d, "split-sc.toml", &SCENARIO.replace("HW", &hw_split));
@@ -315,6 +330,22 @@ fn cases(d: &Path) -> Vec<Case> {
             args: sim(&["--samples", "3", "--jitter-distribution", "cauchy"]),
             code: 2,
             says: vec![s("jitter.distribution"), s("cauchy"), s("lognormal")],
+        },
+        Case {
+            name: "NCCL XML dump missing",
+            args: coll(&["--hardware", &hw_xml_missing]),
+            code: 2,
+            says: vec![
+                s("xml-missing.toml"),
+                s("topology.file"),
+                s("no-such-dump.xml"),
+            ],
+        },
+        Case {
+            name: "malformed NCCL XML",
+            args: coll(&["--hardware", &hw_xml_bad]),
+            code: 2,
+            says: vec![s("bad-dump.xml"), s("line 3"), s("link_speed=\"warp\"")],
         },
         Case {
             name: "unwritable trace path",

@@ -169,6 +169,29 @@ fn collective_prints_an_nccl_tests_table() {
 }
 
 #[test]
+fn a_profile_can_take_its_topology_from_an_nccl_xml_dump() {
+    let t = stdout(&[
+        "collective",
+        "--hardware",
+        "hardware-profiles/nccl-topo/h100-nccl-xml.toml",
+        "--sizes",
+        "1GiB",
+    ]);
+    assert!(
+        t.contains("8 gpu, 1 nvswitch, 8 pcie-switch, 2 cpu, 8 nic"),
+        "{t}"
+    );
+    // Same NVSwitch bottleneck as the hand-written h100-sxm-8: ring busbw ~368 GB/s.
+    let busbw: f64 = t
+        .lines()
+        .last()
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    assert!((360.0..372.0).contains(&busbw), "{busbw}");
+}
+
+#[test]
 fn collective_json_and_csv_agree_and_busbw_follows_nccl_tests() {
     let args = [
         "collective",

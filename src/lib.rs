@@ -16,6 +16,7 @@ pub mod report;
 pub mod scenario;
 pub mod simulate;
 pub mod strategy;
+pub mod sweep;
 pub mod timeline;
 pub mod topology;
 pub mod trace;

@@ -7,6 +7,7 @@ mod collective;
 mod list;
 mod run;
 mod simulate;
+mod sweep;
 mod validate;
 
 use clap::{Parser, Subcommand};
@@ -52,6 +53,9 @@ pub enum Command {
     /// Simulate one collective over a range of sizes on a hardware profile and print it
     /// the way nccl-tests prints measurements (time, algbw, busbw).
     Collective(collective::Args),
+    /// Simulate a grid of scenario points (any scenario field × strategies) in parallel:
+    /// CSV/JSON rows, the best configuration per group, resumable, shardable.
+    Sweep(Box<sweep::Args>),
     /// Measure the simulator's own speed (events/s, wall time) on fixed cases.
     Bench(bench::Args),
 }
@@ -117,6 +121,7 @@ pub fn main() -> ExitCode {
         Command::Calibrate(a) => calibrate::run(a),
         Command::Validate(a) => validate::run(a),
         Command::Collective(a) => collective::run(a),
+        Command::Sweep(a) => sweep::run(*a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -62,6 +62,12 @@ fn coll(extra: &[&str]) -> Vec<String> {
     v
 }
 
+fn swp(extra: &[&str]) -> Vec<String> {
+    let mut v = vec!["sweep".to_string(), "--quiet".to_string()];
+    v.extend(extra.iter().map(|s| s.to_string()));
+    v
+}
+
 fn cases(d: &Path) -> Vec<Case> {
     let s = |x: &str| x.to_string();
     let hw_zero = write(
@@ -346,6 +352,57 @@ fn cases(d: &Path) -> Vec<Case> {
             args: coll(&["--hardware", &hw_xml_bad]),
             code: 2,
             says: vec![s("bad-dump.xml"), s("line 3"), s("link_speed=\"warp\"")],
+        },
+        Case {
+            name: "sweep: empty grid",
+            args: swp(&["--tp", ","]),
+            code: 2,
+            says: vec![s("sweep field `parallel.tp`"), s("empty")],
+        },
+        Case {
+            name: "sweep: field that does not exist",
+            args: swp(&["--set", "colour=red,blue"]),
+            code: 2,
+            says: vec![s("sweep field `colour`"), s("unknown field `colour`")],
+        },
+        Case {
+            name: "sweep: value of the wrong type",
+            args: swp(&["--batch", "8,lots"]),
+            code: 2,
+            says: vec![
+                s("sweep field `parallel.tp`").replace("parallel.tp", "batch"),
+                s("`lots` is not an integer"),
+            ],
+        },
+        Case {
+            name: "sweep: invalid point",
+            args: swp(&["--tp", "2,3"]),
+            code: 1,
+            says: vec![s("point 1 (parallel.tp=3)"), s("parallel.tp")],
+        },
+        Case {
+            name: "sweep: output path that cannot be written",
+            args: swp(&["--tp", "2", "--out", "/proc/version/sweep"]),
+            code: 3,
+            says: vec![s("/proc/version/sweep")],
+        },
+        Case {
+            name: "sweep: bad shard",
+            args: swp(&["--shard", "3/3"]),
+            code: 2,
+            says: vec![s("--shard"), s("3/3")],
+        },
+        Case {
+            name: "sweep merge: not a sweep",
+            args: vec![
+                s("sweep"),
+                s("merge"),
+                hw_zero.clone(),
+                s("--out"),
+                d.join("m").display().to_string(),
+            ],
+            code: 2,
+            says: vec![s("zero.toml"), s("not JSON")],
         },
         Case {
             name: "unwritable trace path",

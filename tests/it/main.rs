@@ -4,3 +4,4 @@ mod bad_input;
 mod cli;
 mod gpu_cli;
 mod properties;
+mod sweep;

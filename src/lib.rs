@@ -12,6 +12,7 @@ pub mod exec;
 pub mod fasthash;
 pub mod io;
 pub mod plan;
+pub mod plot;
 pub mod report;
 pub mod scenario;
 pub mod simulate;

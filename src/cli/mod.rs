@@ -5,6 +5,7 @@ mod bench;
 mod calibrate;
 mod collective;
 mod list;
+mod plot;
 mod run;
 mod simulate;
 mod sweep;
@@ -56,6 +57,9 @@ pub enum Command {
     /// Simulate a grid of scenario points (any scenario field × strategies) in parallel:
     /// CSV/JSON rows, the best configuration per group, resumable, shardable.
     Sweep(Box<sweep::Args>),
+    /// Draw pictures (SVG or PNG): timeline Gantt charts of simulated or measured runs,
+    /// and charts of a sweep.
+    Plot(plot::Args),
     /// Measure the simulator's own speed (events/s, wall time) on fixed cases.
     Bench(bench::Args),
 }
@@ -122,6 +126,7 @@ pub fn main() -> ExitCode {
         Command::Validate(a) => validate::run(a),
         Command::Collective(a) => collective::run(a),
         Command::Sweep(a) => sweep::run(*a),
+        Command::Plot(a) => plot::run(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -64,6 +64,10 @@ pub struct Args {
     /// strategy into this directory (created if missing).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Draw the timeline of every strategy (one panel each) to this picture (.svg or
+    /// .png).
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
     /// Overwrite existing output files.
     #[arg(long)]
     pub force: bool,
@@ -267,6 +271,10 @@ pub fn run(a: Args) -> Result<(), CliError> {
         for (name, body) in files {
             write_atomic(&dir.join(name), body.as_bytes(), a.force).map_err(CliError::output)?;
         }
+    }
+    if let Some(path) = &a.plot {
+        let title = table.lines().next().unwrap_or("timeline").to_string();
+        super::plot::simulate_plot(path, &title, &timelines, a.force)?;
     }
     match a.format {
         Format::Table => print!("{table}"),

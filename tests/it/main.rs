@@ -3,5 +3,6 @@
 mod bad_input;
 mod cli;
 mod gpu_cli;
+mod plot;
 mod properties;
 mod sweep;

@@ -1,0 +1,276 @@
+//! Pictures through the binary: well-formed SVG (parsed) with the expected lane, axis and
+//! legend labels, decodable PNG of the stated size, and clear errors.
+
+use super::cli::bin;
+use std::path::Path;
+
+/// Every text node of an SVG document (parsing it proves it is well-formed XML).
+fn svg_texts(path: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let doc = roxmltree::Document::parse(&text).unwrap_or_else(|e| panic!("bad SVG: {e}"));
+    assert_eq!(doc.root_element().tag_name().name(), "svg");
+    doc.descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .map(|n| n.text().unwrap_or("").to_string())
+        .collect()
+}
+
+fn has(texts: &[String], want: &str) {
+    assert!(
+        texts.iter().any(|t| t.contains(want)),
+        "`{want}` not among the SVG's texts: {texts:?}"
+    );
+}
+
+/// (width, height, RGB pixels) of a PNG.
+fn png_pixels(path: &Path) -> (u32, u32, Vec<u8>) {
+    let dec = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(path).unwrap()));
+    let mut r = dec.read_info().unwrap();
+    let mut buf = vec![0; r.output_buffer_size()];
+    let info = r.next_frame(&mut buf).unwrap();
+    assert_eq!(info.color_type, png::ColorType::Rgb);
+    buf.truncate(info.buffer_size());
+    (info.width, info.height, buf)
+}
+
+#[test]
+fn simulate_plot_draws_every_lane_legend_and_axis_in_svg() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("t.svg");
+    bin()
+        .args(["simulate", "--batch", "2", "--seq", "2k", "--plot"])
+        .arg(&p)
+        .assert()
+        .success();
+    let t = svg_texts(&p);
+    for r in 0..4 {
+        has(&t, &format!("rank {r} compute"));
+        has(&t, &format!("rank {r} comm"));
+        has(&t, &format!("rank {r} exposed comm"));
+    }
+    for legend in [
+        "GEMM",
+        "activation",
+        "send",
+        "recv",
+        "wait",
+        "add",
+        "exposed communication",
+    ] {
+        has(&t, legend);
+    }
+    has(&t, "time (µs)");
+    for s in [
+        "sequential predicted",
+        "chunked:4 predicted",
+        "flash predicted",
+    ] {
+        has(&t, s);
+    }
+}
+
+#[test]
+fn simulate_plot_png_decodes_and_shows_the_gemm_colour() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("t.png");
+    bin()
+        .args([
+            "simulate",
+            "--batch",
+            "2",
+            "--seq",
+            "2k",
+            "--strategy",
+            "flash",
+            "--plot",
+        ])
+        .arg(&p)
+        .assert()
+        .success();
+    let (w, h, px) = png_pixels(&p);
+    assert_eq!(w, 1500);
+    assert!(h > 200 && h < 2000, "{h}");
+    let gemm = [31u8, 119, 180];
+    let count = px.chunks(3).filter(|c| *c == gemm).count();
+    assert!(count > 10_000, "GEMM bars cover {count} px");
+    let white = px.chunks(3).filter(|c| *c == [255, 255, 255]).count();
+    assert!(white < px.len() / 3, "nearly all white");
+}
+
+#[test]
+fn predicted_over_measured_from_a_run_directory() {
+    let dir = "results/h200-2026-12-03/emu-copy-ag-gemm-tp2-b16";
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("o.svg");
+    bin()
+        .args(["plot", "timeline", dir, "-o"])
+        .arg(&p)
+        .assert()
+        .success();
+    let t = svg_texts(&p);
+    has(&t, "predicted (outline)");
+    has(&t, "flash measured");
+    has(&t, "predicted ");
+    has(&t, "rank 0 compute");
+}
+
+#[test]
+fn sweep_charts_and_heatmap() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("sw");
+    bin()
+        .args([
+            "sweep", "--quiet", "--tp", "2,4", "--seq", "1k,2k,4k", "--batch", "4",
+        ])
+        .args(["--strategy", "sequential,chunked:2..8*2,flash", "--out"])
+        .arg(&out)
+        .assert()
+        .success();
+    let chunks = d.path().join("chunks.svg");
+    bin()
+        .args(["plot", "sweep"])
+        .arg(&out)
+        .args([
+            "--x", "chunks", "--where", "tp=4", "--where", "seq=2k", "-o",
+        ])
+        .arg(&chunks)
+        .assert()
+        .success();
+    let t = svg_texts(&chunks);
+    for want in [
+        "chunk count",
+        "makespan_us",
+        "chunked",
+        "flash (no chunk count)",
+        "tp=4",
+    ] {
+        has(&t, want);
+    }
+    let seq = d.path().join("seq.png");
+    bin()
+        .args(["plot", "sweep"])
+        .arg(out.join("sweep.json"))
+        .args(["--x", "seq", "--y", "exposed_comm_us", "-o"])
+        .arg(&seq)
+        .assert()
+        .success();
+    assert_eq!(png_pixels(&seq).0, 1200);
+    let heat = d.path().join("heat.svg");
+    bin()
+        .args(["plot", "heatmap"])
+        .arg(&out)
+        .args(["--x", "seq", "--y", "tp", "--by", "family", "-o"])
+        .arg(&heat)
+        .assert()
+        .success();
+    let t = svg_texts(&heat);
+    has(&t, "best family by makespan_us");
+    has(&t, "µs");
+    has(&t, "2k");
+}
+
+#[test]
+fn bad_plot_inputs_are_clear_errors() {
+    let d = tempfile::tempdir().unwrap();
+    let not_tl = d.path().join("x.json");
+    std::fs::write(&not_tl, "{\"format\": \"something-else\"}").unwrap();
+    let cases: Vec<(Vec<String>, i32, &str)> = vec![
+        (
+            vec![
+                "simulate".into(),
+                "--plot".into(),
+                d.path().join("t.jpg").display().to_string(),
+            ],
+            2,
+            "use .svg or .png",
+        ),
+        (
+            vec![
+                "plot".into(),
+                "timeline".into(),
+                not_tl.display().to_string(),
+                "-o".into(),
+                "a.svg".into(),
+            ],
+            2,
+            "not a flashoverlap timeline",
+        ),
+        (
+            vec![
+                "plot".into(),
+                "timeline".into(),
+                "results/h200-2026-12-03/emu-copy-ag-gemm-tp2-b16".into(),
+                "--ranks".into(),
+                "5".into(),
+                "-o".into(),
+                "a.svg".into(),
+            ],
+            2,
+            "no timeline has any of ranks",
+        ),
+        (
+            vec![
+                "plot".into(),
+                "sweep".into(),
+                not_tl.display().to_string(),
+                "--x".into(),
+                "seq".into(),
+                "-o".into(),
+                "a.svg".into(),
+            ],
+            2,
+            "not a flashoverlap sweep",
+        ),
+        (
+            vec![
+                "simulate".into(),
+                "--plot".into(),
+                "/nonexistent-dir/t.svg".into(),
+            ],
+            3,
+            "/nonexistent-dir/t.svg",
+        ),
+    ];
+    for (args, code, says) in cases {
+        let out = bin().args(&args).assert().code(code).get_output().clone();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{args:?}: `{says}` not in {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
+
+#[test]
+fn unknown_chart_fields_are_named() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("sw");
+    bin()
+        .args([
+            "sweep", "--quiet", "--tp", "2,4", "--batch", "2", "--seq", "1k", "--out",
+        ])
+        .arg(&out)
+        .assert()
+        .success();
+    for (args, says) in [
+        (vec!["--x", "colour"], "`colour` is neither a metric"),
+        (
+            vec!["--x", "seq", "--y", "speed"],
+            "`speed` is not a metric",
+        ),
+        (
+            vec!["--x", "seq", "--where", "tp=16"],
+            "no rows with results match",
+        ),
+    ] {
+        let o = bin()
+            .args(["plot", "sweep"])
+            .arg(&out)
+            .args(&args)
+            .args(["-o", d.path().join("c.svg").to_str().unwrap()])
+            .assert()
+            .code(2)
+            .get_output()
+            .clone();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}

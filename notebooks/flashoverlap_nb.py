@@ -1,0 +1,63 @@
+"""Helpers the notebooks share: find the flashoverlap binary and run it.
+
+The binary is $FLASHOVERLAP_BIN when set (the test suite sets it), else the repository's
+target/release or target/debug build, else `cargo run --release --`.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+ROOT = Path(os.environ.get("FLASHOVERLAP_ROOT", Path(__file__).resolve().parent.parent))
+
+
+def binary():
+    env = os.environ.get("FLASHOVERLAP_BIN")
+    if env:
+        return [env]
+    for kind in ("release", "debug"):
+        p = ROOT / "target" / kind / "flashoverlap"
+        if p.exists():
+            return [str(p)]
+    if shutil.which("cargo"):
+        return ["cargo", "run", "--quiet", "--release", "--manifest-path", str(ROOT / "Cargo.toml"), "--"]
+    raise RuntimeError("no flashoverlap binary: build it with `cargo build --release` or set FLASHOVERLAP_BIN")
+
+
+def run(*args, check=True):
+    """Run `flashoverlap ARGS...` and return its stdout (raises with stderr on failure)."""
+    p = subprocess.run(binary() + [str(a) for a in args], capture_output=True, text=True, cwd=ROOT)
+    if check and p.returncode != 0:
+        raise RuntimeError(f"flashoverlap {' '.join(map(str, args))} failed ({p.returncode}):\n{p.stderr}")
+    return p.stdout
+
+
+def workdir(name):
+    """A fresh scratch directory for a notebook's outputs."""
+    base = os.environ.get("FLASHOVERLAP_WORK") or tempfile.mkdtemp(prefix="flashoverlap-nb-")
+    d = Path(base) / name
+    if d.exists():
+        shutil.rmtree(d)
+    d.mkdir(parents=True)
+    return d
+
+
+def load_timeline(path):
+    """A timeline JSON file (simulate --out, run --out) as (header dict, spans DataFrame)."""
+    import pandas as pd
+
+    doc = json.loads(Path(path).read_text())
+    spans = pd.DataFrame(doc["spans"])
+    streams = pd.DataFrame(doc["streams"])
+    spans["rank"] = [
+        streams.loc[i, "rank"] if lane == "stream" else -1 for lane, i in zip(spans["lane"], spans["index"])
+    ]
+    spans["stream"] = [
+        streams.loc[i, "name"] if lane == "stream" else doc["links"][i] for lane, i in zip(spans["lane"], spans["index"])
+    ]
+    spans["dur_us"] = spans["end_us"] - spans["start_us"]
+    header = {k: v for k, v in doc.items() if k != "spans"}
+    return header, spans

@@ -539,7 +539,7 @@ mod tests {
             g.describe(4),
             [
                 ("parallel.tp".to_string(), "4".to_string()),
-                ("seq".to_string(), "2048".to_string())
+                ("seq".to_string(), "2k".to_string())
             ]
         );
         let sc = g.scenario(4).unwrap();
@@ -552,11 +552,21 @@ mod tests {
         let g = Grid::new(&spec(&[
             ("interference", &["on,off"]),
             ("transport", &["copy"]),
-            ("nodes", &["1"]),
         ]))
         .unwrap();
         assert!(g.scenario(0).unwrap().interference);
         assert!(!g.scenario(1).unwrap().interference);
+        // A field the base scenario leaves unset (nodes) is typed by what parses.
+        let g = Grid::new(&GridSpec {
+            scenario: "default".into(),
+            dir: None,
+            axes: vec![
+                ("hardware".into(), vec!["dgx-h100".into()]),
+                ("nodes".into(), vec!["2,4".into()]),
+            ],
+        })
+        .unwrap();
+        assert_eq!(g.scenario(1).unwrap().hardware.topology.gpu_count(), 32);
         let e = Grid::new(&spec(&[("batch", &["lots"])]))
             .unwrap_err()
             .to_string();

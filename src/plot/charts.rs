@@ -148,25 +148,10 @@ fn value(r: &Row, name: &str) -> Option<Val> {
 
 fn known(f: &SweepFile, name: &str) -> Result<(), String> {
     let key = grid::canonical_key(name);
-    let fixed = [
-        "strategy",
-        "family",
-        "chunks",
-        "workload",
-        "model",
-        "hardware",
-        "gpus",
-        "ranks",
-        "tp",
-        "dp",
-        "ulysses",
-        "batch",
-        "seq",
-        "tokens",
-        "dtype",
-        "transport",
-        "interference",
-    ];
+    let fixed: Vec<&str> = ["strategy", "family", "chunks"]
+        .into_iter()
+        .chain(crate::sweep::output::INPUTS)
+        .collect();
     if METRICS.contains(&name)
         || fixed.contains(&grid::short_key(&key))
         || f.grid.axes.iter().any(|a| a.field == key)
@@ -437,14 +422,7 @@ impl Figure for LineChart {
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
         let e = |x: DrawingAreaErrorKind<DB::ErrorType>| x.to_string();
         let font = ("sans-serif", 15).into_font();
-        root.draw(&Text::new(
-            self.title.clone(),
-            (20, 12),
-            ("sans-serif", 22).into_font().style(FontStyle::Bold),
-        ))
-        .map_err(e)?;
-        root.draw(&Text::new(self.subtitle.clone(), (20, 44), font.clone()))
-            .map_err(e)?;
+        heading(root, &self.title, &self.subtitle)?;
         let mut xs: Vec<f64> = self
             .series
             .iter()
@@ -554,14 +532,7 @@ impl Figure for Heatmap {
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
         let e = |x: DrawingAreaErrorKind<DB::ErrorType>| x.to_string();
         let font = ("sans-serif", 15).into_font();
-        root.draw(&Text::new(
-            self.title.clone(),
-            (20, 12),
-            ("sans-serif", 22).into_font().style(FontStyle::Bold),
-        ))
-        .map_err(e)?;
-        root.draw(&Text::new(self.subtitle.clone(), (20, 44), font.clone()))
-            .map_err(e)?;
+        heading(root, &self.title, &self.subtitle)?;
         let colour = |w: &str| {
             let i = self.winners.iter().position(|x| x == w).unwrap_or(0);
             PALETTE[i % PALETTE.len()]
@@ -625,6 +596,24 @@ impl Figure for Heatmap {
         }
         Ok(())
     }
+}
+
+/// A chart's title and subtitle at the top left.
+fn heading<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    subtitle: &str,
+) -> Result<(), String> {
+    let e = |x: DrawingAreaErrorKind<DB::ErrorType>| x.to_string();
+    let bold = ("sans-serif", 22).into_font().style(FontStyle::Bold);
+    root.draw(&Text::new(title.to_string(), (20, 12), bold))
+        .map_err(e)?;
+    root.draw(&Text::new(
+        subtitle.to_string(),
+        (20, 44),
+        ("sans-serif", 15).into_font(),
+    ))
+    .map_err(e)
 }
 
 /// The label of the category whose centre is at `v` (`i + 0.5`).

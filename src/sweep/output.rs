@@ -94,7 +94,7 @@ pub fn json(f: &SweepFile) -> String {
 }
 
 /// Input columns every row has (from the resolved scenario).
-const INPUTS: [&str; 14] = [
+pub(crate) const INPUTS: [&str; 14] = [
     "workload",
     "model",
     "hardware",

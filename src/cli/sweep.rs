@@ -277,9 +277,15 @@ fn progress(total: u64, quiet: bool) -> ProgressBar {
     let pb = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
     pb.set_style(
         ProgressStyle::with_template(
-            "{elapsed_precise} [{wide_bar}] {pos}/{len} points  {per_sec}  ETA {eta}",
+            "{elapsed_precise} [{wide_bar}] {pos}/{len} points  {rate}  ETA {eta}",
         )
         .expect("valid template")
+        .with_key(
+            "rate",
+            |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                let _ = write!(w, "{:.0} points/s", s.per_sec());
+            },
+        )
         .progress_chars("=> "),
     );
     pb

@@ -10,6 +10,8 @@ pub mod config;
 pub mod cost;
 pub mod exec;
 pub mod fasthash;
+#[doc(hidden)]
+pub mod fuzz;
 pub mod io;
 pub mod plan;
 pub mod plot;

@@ -431,6 +431,30 @@ pub fn build(spec: &CollectiveSpec) -> Result<Plan, CollectiveError> {
     }
     let n = spec.ranks as u64;
     let k = spec.chunks as u64;
+    // Refuse before building what would pass the plan's op limit: the ring, direct and
+    // pairwise algorithms post a send and a recv per rank per step, N − 1 steps per chunk
+    // (two phases for all-reduce); the tree moves each chunk up and down a tree.
+    let phases = if spec.op == CollectiveOp::AllReduce {
+        2
+    } else {
+        1
+    };
+    let ops = n
+        .saturating_mul(n - 1)
+        .saturating_mul(2)
+        .saturating_mul(k)
+        .saturating_mul(phases);
+    let ops = if spec.algorithm == Algorithm::Tree || spec.op == CollectiveOp::SendRecv {
+        n.saturating_mul(4).saturating_mul(k)
+    } else {
+        ops
+    };
+    if ops > crate::plan::DEFAULT_OP_LIMIT as u64 {
+        return Err(PlanError::TooLarge {
+            limit: crate::plan::DEFAULT_OP_LIMIT,
+        }
+        .into());
+    }
     let mut b = Builder {
         b: PlanBuilder::new(spec.ranks),
         n: spec.ranks,

@@ -39,12 +39,39 @@ fn at_least(what: &'static str, min: u64, value: u64) -> Result<(), TopologyErro
     Ok(())
 }
 
+/// The largest topology a builder makes: 2^21 devices, 2^22 directed links (a few hundred
+/// MB at most). Larger asks are an error, not an allocation failure.
+pub const MAX_DEVICES: u64 = 1 << 21;
+pub const MAX_LINKS: u64 = 1 << 22;
+
+/// Refuse a shape of `devices` devices and `links` directed links (either `None` when the
+/// count overflows u64) beyond the limits.
+fn within(devices: Option<u64>, links: Option<u64>) -> Result<(), TopologyError> {
+    for (what, n, max) in [
+        ("devices", devices, MAX_DEVICES),
+        ("directed links", links, MAX_LINKS),
+    ] {
+        match n {
+            Some(v) if v <= max => {}
+            _ => {
+                return Err(TopologyError::TooLarge {
+                    what,
+                    max,
+                    value: n.map_or_else(|| "more than 2^64".into(), |v| v.to_string()),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 impl Topology {
     /// `gpus` GPUs, each with one port of `link` bandwidth per direction into one logical
     /// NVSwitch fabric (the 4 NVSwitch chips of an HGX board act as one non-blocking
     /// switch). A GPU-to-GPU message crosses two links.
     pub fn nvswitch(name: &str, gpus: u64, link: LinkSpec) -> Result<Topology, TopologyError> {
         at_least("gpus", 1, gpus)?;
+        within(gpus.checked_add(1), gpus.checked_mul(2))?;
         let mut devices = gpu_devices(gpus);
         devices.push(Device {
             kind: DeviceKind::NvSwitch,
@@ -60,6 +87,7 @@ impl Topology {
     /// `n` GPUs in a ring, GPU i joined to GPU i+1 (both directions) by its own link.
     pub fn ring(name: &str, n: u64, link: LinkSpec) -> Result<Topology, TopologyError> {
         at_least("gpus", 1, n)?;
+        within(Some(n), n.checked_mul(2))?;
         let devices = gpu_devices(n);
         let mut links = Vec::with_capacity(2 * n as usize);
         if n == 2 {
@@ -80,6 +108,7 @@ impl Topology {
     /// `n` GPUs, every pair joined by its own link (HCCS-style full mesh).
     pub fn full_mesh(name: &str, n: u64, link: LinkSpec) -> Result<Topology, TopologyError> {
         at_least("gpus", 1, n)?;
+        within(Some(n), n.checked_mul(n - 1))?;
         let devices = gpu_devices(n);
         let mut links = Vec::new();
         for i in 0..n {
@@ -97,6 +126,15 @@ impl Topology {
         at_least("gpus", 1, spec.gpus)?;
         at_least("sockets", 1, spec.sockets)?;
         at_least("switches_per_socket", 1, spec.switches_per_socket)?;
+        let switches = spec.sockets.checked_mul(spec.switches_per_socket);
+        let devices = switches
+            .and_then(|w| w.checked_add(spec.gpus))
+            .and_then(|d| d.checked_add(spec.sockets));
+        let links = switches
+            .and_then(|w| w.checked_add(spec.gpus))
+            .zip(spec.sockets.checked_mul(spec.sockets - 1))
+            .and_then(|(a, b)| a.checked_mul(2)?.checked_add(b));
+        within(devices, links)?;
         let switches = spec.sockets * spec.switches_per_socket;
         let mut devices = gpu_devices(spec.gpus);
         let mut links = Vec::new();
@@ -158,6 +196,20 @@ impl Topology {
         }
         let (n, g) = (s.nodes, s.gpus_per_node);
         let leaves = n.div_ceil(s.nodes_per_leaf);
+        // Per node: g GPUs, g NICs, a switch, 6 directed links per GPU; per rail and leaf:
+        // a leaf and 2 links to the spine.
+        let gpus = n.checked_mul(g);
+        let rail_leaves = g.checked_mul(leaves);
+        within(
+            gpus.zip(rail_leaves).and_then(|(x, l)| {
+                x.checked_mul(2)?
+                    .checked_add(n)?
+                    .checked_add(l)?
+                    .checked_add(1)
+            }),
+            gpus.zip(rail_leaves)
+                .and_then(|(x, l)| x.checked_mul(6)?.checked_add(l.checked_mul(2)?)),
+        )?;
         let mut devices = Vec::new();
         let mut links = Vec::new();
         for node in 0..n {
@@ -247,6 +299,38 @@ mod tests {
         bandwidth: 370e9,
         latency: 0.5e-6,
     };
+
+    #[test]
+    fn absurd_sizes_are_refused_before_allocating() {
+        for t in [
+            Topology::nvswitch("n", 1 << 40, NV),
+            Topology::ring("r", u64::MAX, NV),
+            Topology::full_mesh("m", 100_000, NV),
+        ] {
+            let e = t.unwrap_err().to_string();
+            assert!(e.contains("at most"), "{e}");
+        }
+        let e = Topology::rail_fat_tree(
+            "f",
+            &RailFatTreeSpec {
+                nodes: u64::MAX / 2,
+                gpus_per_node: 8,
+                nvlink: NV,
+                nic: NV,
+                nodes_per_leaf: 1,
+                oversubscription: 1.0,
+                spine_latency: 0.0,
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("more than 2^64"), "{e}");
+        // 100,000 GPUs on a ring is fine.
+        assert_eq!(
+            Topology::ring("r", 100_000, NV).unwrap().gpu_count(),
+            100_000
+        );
+    }
 
     #[test]
     fn nvswitch_routes_cross_two_links() {

@@ -87,6 +87,12 @@ pub enum TopologyError {
     NoGpu,
     #[error("oversubscription must be a finite ratio ≥ 1, got {value}")]
     BadOversubscription { value: f64 },
+    #[error("the topology would have {value} {what}; at most {max} are supported")]
+    TooLarge {
+        what: &'static str,
+        max: u64,
+        value: String,
+    },
     #[error("{what} must be at least {min}, got {value}")]
     BadCount {
         what: &'static str,

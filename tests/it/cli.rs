@@ -271,3 +271,118 @@ fn samples_report_ordered_percentiles_and_reproduce_by_seed() {
     let table = stdout(&["simulate", "--samples", "4"]);
     assert!(table.contains("makespan_us p50/p90/p99"), "{table}");
 }
+
+/// Every output format, written twice by separate processes, is byte-identical (no
+/// dependence on hash-map order, addresses, time or thread scheduling).
+#[test]
+fn every_output_format_is_byte_identical_across_runs() {
+    let d = tempfile::tempdir().unwrap();
+    let run = |k: usize| -> Vec<(String, Vec<u8>)> {
+        let dir = d.path().join(format!("r{k}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = |n: &str| dir.join(n).display().to_string();
+        let mut out = Vec::new();
+        let mut go = |name: &str, args: Vec<String>| {
+            let o = bin().args(&args).assert().success().get_output().clone();
+            out.push((format!("{name} stdout"), o.stdout));
+        };
+        go(
+            "simulate",
+            vec![
+                "simulate".into(),
+                "--samples".into(),
+                "3".into(),
+                "--out".into(),
+                p("sim"),
+                "--plot".into(),
+                p("t.svg"),
+            ],
+        );
+        go(
+            "simulate png",
+            vec!["simulate".into(), "--plot".into(), p("t.png")],
+        );
+        for f in ["table", "json", "csv"] {
+            go(
+                &format!("collective {f}"),
+                vec![
+                    "collective".into(),
+                    "--sizes".into(),
+                    "1KiB:1MiB".into(),
+                    "--format".into(),
+                    f.into(),
+                ],
+            );
+        }
+        go(
+            "sweep",
+            vec![
+                "sweep".into(),
+                "--quiet".into(),
+                "--tp".into(),
+                "2,4".into(),
+                "--seq".into(),
+                "1k,2k".into(),
+                "--batch".into(),
+                "2".into(),
+                "--out".into(),
+                p("sw"),
+            ],
+        );
+        for (f, x) in [("c.svg", "seq"), ("c.png", "tp")] {
+            go(
+                f,
+                vec![
+                    "plot".into(),
+                    "sweep".into(),
+                    p("sw"),
+                    "--x".into(),
+                    x.into(),
+                    "-o".into(),
+                    p(f),
+                ],
+            );
+        }
+        go(
+            "heatmap",
+            vec![
+                "plot".into(),
+                "heatmap".into(),
+                p("sw"),
+                "--x".into(),
+                "seq".into(),
+                "--y".into(),
+                "tp".into(),
+                "-o".into(),
+                p("h.svg"),
+            ],
+        );
+        let mut files: Vec<_> = walk(&dir);
+        files.sort();
+        for f in files {
+            let rel = f.strip_prefix(&dir).unwrap().display().to_string();
+            out.push((rel, std::fs::read(&f).unwrap()));
+        }
+        out
+    };
+    let (a, b) = (run(0), run(1));
+    assert_eq!(a.len(), b.len());
+    assert!(a.len() >= 20, "{}", a.len());
+    for ((na, xa), (nb, xb)) in a.iter().zip(&b) {
+        assert_eq!(na, nb);
+        assert!(xa == xb, "{na} differs between runs");
+    }
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            v.extend(walk(&p));
+        } else {
+            v.push(p);
+        }
+    }
+    v
+}

@@ -31,6 +31,10 @@ use queue::RadixQueue;
 use variability::Draw;
 pub use variability::Jitter;
 
+/// The latest simulated time (about 31,700 years): every reported figure, converted to
+/// µs or ps, stays finite well below it.
+pub const MAX_SIM_SECONDS: f64 = 1e12;
+
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SimError {
     #[error(transparent)]
@@ -42,7 +46,7 @@ pub enum SimError {
     )]
     EventBudget { budget: u64 },
     #[error(
-        "simulated time overflowed at op {label} (a bandwidth near zero or a size near infinity?)"
+        "simulated time passed {MAX_SIM_SECONDS:e} s at op {label} (a bandwidth near zero or a size near infinity?)"
     )]
     TimeOverflow { label: String },
     #[error("straggler `{straggler}`: rank {rank} is not one of the plan's {ranks} ranks")]
@@ -370,7 +374,7 @@ impl<'p> Engine<'p> {
     }
 
     fn schedule(&mut self, at: f64, ev: Ev, op: OpId) -> Result<(), SimError> {
-        if !at.is_finite() {
+        if !at.is_finite() || at > MAX_SIM_SECONDS {
             return Err(SimError::TimeOverflow {
                 label: self.plan.label(op),
             });

@@ -1,0 +1,3 @@
+#![no_main]
+// Fuzz target: see flashoverlap::fuzz::sweep_toml.
+libfuzzer_sys::fuzz_target!(|data: &[u8]| flashoverlap::fuzz::sweep_toml(data));

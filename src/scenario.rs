@@ -93,6 +93,8 @@ pub struct Model {
     pub layers: u64,
     pub vocab: u64,
     pub activation: Activation,
+    /// The LM head shares the embedding matrix.
+    pub tied_embeddings: bool,
 }
 
 impl Model {

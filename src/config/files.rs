@@ -25,6 +25,9 @@ pub struct ModelFile {
     pub vocab: i64,
     #[serde(default = "default_activation")]
     pub activation: String,
+    /// The LM head shares the embedding matrix (one vocab × hidden matrix, not two).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tie_embeddings: bool,
 }
 
 fn default_activation() -> String {

@@ -5,6 +5,7 @@
 //! filesystem for inputs.
 
 pub mod files;
+pub mod hf;
 mod presets;
 pub(crate) mod validate;
 
@@ -124,8 +125,19 @@ pub fn parse_toml<T: serde::de::DeserializeOwned>(src: &Source) -> Result<T, Con
     })
 }
 
+/// A model preset, a model TOML, or a Hugging Face `config.json` (a path ending in
+/// `.json`; see [`hf`]).
 pub fn load_model(spec: &str, base: Option<&Path>) -> Result<Model, ConfigError> {
     let src = resolve(PresetKind::Model, spec, base)?;
+    if src.name.ends_with(".json") {
+        let stem = Path::new(&src.name)
+            .file_stem()
+            .map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned());
+        return model_from_file(
+            &src.name,
+            hf::model_file_from_hf(&src.name, &stem, &src.text)?,
+        );
+    }
     model_from_file(&src.name, parse_toml(&src)?)
 }
 

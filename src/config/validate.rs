@@ -97,6 +97,7 @@ pub fn model_from_file(file: &str, m: ModelFile) -> R<Model> {
         layers,
         vocab,
         activation,
+        tied_embeddings: m.tie_embeddings,
     })
 }
 

@@ -1,0 +1,252 @@
+//! Import of a Hugging Face `config.json` into the model file form, which then goes
+//! through the same validation as a model TOML.
+//!
+//! Keys read: `hidden_size`, `intermediate_size`, `num_attention_heads`,
+//! `num_key_value_heads` (default: `num_attention_heads`, i.e. no GQA),
+//! `num_hidden_layers`, `vocab_size`, `hidden_act`, `tie_word_embeddings` (default
+//! false). Whether the MLP is gated (gate and up projections) is not in `hidden_act`; it
+//! is the architecture's: the families in [`GATED`] (by `model_type`, or an
+//! `architectures` entry starting with the family's class prefix) are gated, so `silu`
+//! means SwiGLU and `gelu*` GeGLU there; anything else is a plain MLP.
+
+use super::ConfigError;
+use super::files::ModelFile;
+use serde_json::Value;
+
+/// `model_type`s whose MLP is gated, with their `architectures` class prefixes.
+pub const GATED: &[(&str, &str)] = &[
+    ("llama", "Llama"),
+    ("mistral", "Mistral"),
+    ("mixtral", "Mixtral"),
+    ("qwen2", "Qwen2"),
+    ("qwen3", "Qwen3"),
+    ("gemma", "Gemma"),
+    ("gemma2", "Gemma2"),
+    ("phi3", "Phi3"),
+    ("olmo2", "Olmo2"),
+    ("deepseek_v2", "DeepseekV2"),
+    ("internlm2", "InternLM2"),
+];
+
+fn gated(v: &Value) -> bool {
+    let mt = v.get("model_type").and_then(Value::as_str).unwrap_or("");
+    let archs: Vec<&str> = v
+        .get("architectures")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    GATED
+        .iter()
+        .any(|(t, p)| mt == *t || archs.iter().any(|a| a.starts_with(p)))
+}
+
+/// `hidden_act` → the project's activation name (gated or not).
+fn activation(file: &str, act: &str, gated: bool) -> Result<&'static str, ConfigError> {
+    let base = match act {
+        "silu" | "swish" => "silu",
+        "gelu" | "gelu_new" | "gelu_fast" | "gelu_pytorch_tanh" | "gelu_python" => "gelu",
+        "relu" => "relu",
+        other => {
+            return Err(ConfigError::invalid(
+                file,
+                "hidden_act",
+                other,
+                "unknown activation (known: silu, swish, gelu, gelu_new, gelu_fast, gelu_pytorch_tanh, relu)",
+            ));
+        }
+    };
+    Ok(match (base, gated) {
+        ("silu", true) => "swiglu",
+        ("gelu", true) => "geglu",
+        ("relu", true) => {
+            return Err(ConfigError::invalid(
+                file,
+                "hidden_act",
+                act,
+                "a gated ReLU MLP is not modelled (gated: silu → swiglu, gelu → geglu)",
+            ));
+        }
+        (b, _) => b,
+    })
+}
+
+fn int(file: &str, v: &Value, key: &str) -> Result<Option<i64>, ConfigError> {
+    match v.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(x) => x
+            .as_i64()
+            .map(Some)
+            .ok_or_else(|| ConfigError::invalid(file, key, x, "must be an integer")),
+    }
+}
+
+fn required(file: &str, v: &Value, key: &str) -> Result<i64, ConfigError> {
+    int(file, v, key)?.ok_or_else(|| {
+        ConfigError::invalid(
+            file,
+            key,
+            "(missing)",
+            "a Hugging Face config.json must give it",
+        )
+    })
+}
+
+/// The model file form of a `config.json`; `name` is the file's stem.
+pub fn model_file_from_hf(file: &str, name: &str, text: &str) -> Result<ModelFile, ConfigError> {
+    let v: Value = serde_json::from_str(text).map_err(|e| ConfigError::Parse {
+        file: file.to_string(),
+        message: format!("not JSON: {e}"),
+    })?;
+    if !v.is_object() {
+        return Err(ConfigError::Parse {
+            file: file.to_string(),
+            message: "a config.json holds one JSON object".into(),
+        });
+    }
+    let heads = required(file, &v, "num_attention_heads")?;
+    let act = match v.get("hidden_act") {
+        Some(Value::String(s)) => s.as_str(),
+        Some(x) => {
+            return Err(ConfigError::invalid(
+                file,
+                "hidden_act",
+                x,
+                "must be a string",
+            ));
+        }
+        None => {
+            return Err(ConfigError::invalid(
+                file,
+                "hidden_act",
+                "(missing)",
+                "a Hugging Face config.json must give it",
+            ));
+        }
+    };
+    let tie = match v.get("tie_word_embeddings") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(x) => {
+            return Err(ConfigError::invalid(
+                file,
+                "tie_word_embeddings",
+                x,
+                "must be true or false",
+            ));
+        }
+    };
+    Ok(ModelFile {
+        version: super::files::VERSION,
+        name: name.to_string(),
+        description: format!(
+            "imported from {file} ({})",
+            v.get("model_type")
+                .and_then(Value::as_str)
+                .unwrap_or("unknown model_type")
+        ),
+        hidden: required(file, &v, "hidden_size")?,
+        ffn: required(file, &v, "intermediate_size")?,
+        heads,
+        kv_heads: Some(int(file, &v, "num_key_value_heads")?.unwrap_or(heads)),
+        layers: required(file, &v, "num_hidden_layers")?,
+        vocab: required(file, &v, "vocab_size")?,
+        activation: activation(file, act, gated(&v))?.to_string(),
+        tie_embeddings: tie,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::model_from_file;
+
+    fn load(name: &str) -> crate::scenario::Model {
+        let p = format!("{}/models/hf/{name}.json", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&p).unwrap();
+        model_from_file(&p, model_file_from_hf(&p, name, &text).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn the_samples_import_with_their_published_shapes() {
+        use crate::scenario::Activation::SwiGlu;
+        for (name, h, ffn, heads, kv, layers, vocab) in [
+            ("llama-3-8b", 4096, 14336, 32, 8, 32, 128256),
+            ("llama-3-70b", 8192, 28672, 64, 8, 80, 128256),
+            ("mistral-7b", 4096, 14336, 32, 8, 32, 32000),
+            ("qwen2.5-7b", 3584, 18944, 28, 4, 28, 152064),
+        ] {
+            let m = load(name);
+            assert_eq!(
+                (m.hidden, m.ffn, m.heads, m.kv_heads, m.layers, m.vocab),
+                (h, ffn, heads, kv, layers, vocab),
+                "{name}"
+            );
+            assert_eq!(m.activation, SwiGlu, "{name}");
+            assert!(!m.tied_embeddings, "{name}");
+        }
+    }
+
+    #[test]
+    fn the_imported_llama_equals_the_preset() {
+        let preset = crate::config::load_model("llama-3-8b", None).unwrap();
+        let mut m = load("llama-3-8b");
+        m.name = preset.name.clone();
+        assert_eq!(m, preset);
+    }
+
+    #[test]
+    fn plain_and_gated_mlps_and_defaults() {
+        let gpt2 = r#"{"model_type": "gpt_neox", "hidden_size": 2048, "intermediate_size": 8192,
+            "num_attention_heads": 16, "num_hidden_layers": 24, "vocab_size": 50304,
+            "hidden_act": "gelu", "tie_word_embeddings": true}"#;
+        let f = model_file_from_hf("c.json", "c", gpt2).unwrap();
+        assert_eq!(
+            (f.activation.as_str(), f.kv_heads, f.tie_embeddings),
+            ("gelu", Some(16), true)
+        );
+        let gemma = r#"{"architectures": ["GemmaForCausalLM"], "hidden_size": 2048,
+            "intermediate_size": 16384, "num_attention_heads": 8, "num_key_value_heads": 1,
+            "num_hidden_layers": 18, "vocab_size": 256000, "hidden_act": "gelu_pytorch_tanh"}"#;
+        assert_eq!(
+            model_file_from_hf("g.json", "g", gemma).unwrap().activation,
+            "geglu"
+        );
+    }
+
+    #[test]
+    fn missing_and_mistyped_fields_are_named() {
+        let full = std::fs::read_to_string(format!(
+            "{}/models/hf/mistral-7b.json",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap();
+        for key in [
+            "hidden_size",
+            "intermediate_size",
+            "num_attention_heads",
+            "num_hidden_layers",
+            "vocab_size",
+            "hidden_act",
+        ] {
+            let mut v: Value = serde_json::from_str(&full).unwrap();
+            v.as_object_mut().unwrap().remove(key);
+            let e = model_file_from_hf("m.json", "m", &v.to_string())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("m.json") && e.contains(key) && e.contains("(missing)"),
+                "{e}"
+            );
+        }
+        let e = model_file_from_hf("m.json", "m", &full.replace("32000", "\"big\""))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("vocab_size") && e.contains("integer"), "{e}");
+        let e = model_file_from_hf("m.json", "m", &full.replace("silu", "tanh"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("hidden_act") && e.contains("tanh"), "{e}");
+        assert!(model_file_from_hf("m.json", "m", "[1, 2]").is_err());
+        assert!(model_file_from_hf("m.json", "m", "{").is_err());
+    }
+}

@@ -14,9 +14,10 @@ use crate::timeline::file::TimelineFile;
 pub type Target = fn(&[u8]);
 
 /// The parsers, by target name (the names of `fuzz/fuzz_targets/*.rs` and corpus folders).
-pub const TARGETS: [(&str, Target); 7] = [
+pub const TARGETS: [(&str, Target); 8] = [
     ("scenario_toml", scenario_toml),
     ("model_toml", model_toml),
+    ("hf_config_json", hf_config_json),
     ("hardware_toml", hardware_toml),
     ("nccl_xml", nccl_xml),
     ("sweep_toml", sweep_toml),
@@ -54,6 +55,14 @@ pub fn model_toml(data: &[u8]) {
     let Some(t) = text(data) else { return };
     if let Ok(f) = toml::from_str::<ModelFile>(t) {
         let _ = config::model_from_file("fuzz.toml", f);
+    }
+}
+
+/// A Hugging Face `config.json`, imported and validated as a model.
+pub fn hf_config_json(data: &[u8]) {
+    let Some(t) = text(data) else { return };
+    if let Ok(f) = config::hf::model_file_from_hf("config.json", "fuzz", t) {
+        let _ = config::model_from_file("config.json", f);
     }
 }
 

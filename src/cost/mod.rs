@@ -169,6 +169,62 @@ pub fn gemm_time(gpu: &GpuSpec, m: u64, n: u64, k: u64, dtype: DType) -> Result<
     gemm_cost(gpu, m, n, k, dtype).map(|c| c.total)
 }
 
+/// Query–key pairs one head of an attention kernel computes: `seq_q × seq_kv`, or with a
+/// causal mask (queries are the last `seq_q` of `seq_kv` positions) the pairs with key ≤
+/// query: `seq_q·(seq_kv − seq_q) + seq_q·(seq_q + 1)/2` (a full square: s(s+1)/2).
+pub fn attention_pairs(seq_q: u32, seq_kv: u32, causal: bool) -> f64 {
+    let (q, kv) = (seq_q as f64, seq_kv.max(seq_q) as f64);
+    if causal {
+        q * (kv - q) + q * (q + 1.0) / 2.0
+    } else {
+        q * kv
+    }
+}
+
+/// FLOPs of a fused attention kernel: forward 4·d per pair and head (S = QKᵀ and O = PV);
+/// backward 2.5× that (dV, dP, dQ, dK plus recomputing S), the FlashAttention-2 count.
+pub fn attention_flops(
+    bh: u64,
+    seq_q: u32,
+    seq_kv: u32,
+    head_dim: u32,
+    causal: bool,
+    backward: bool,
+) -> f64 {
+    let f = 4.0 * head_dim as f64 * attention_pairs(seq_q, seq_kv, causal) * bh as f64;
+    if backward { 2.5 * f } else { f }
+}
+
+/// Time of a fused (flash) attention kernel: its FLOPs at the GEMM efficiency of the
+/// profile (an assumption: FlashAttention-2/3 forward kernels reach about the large-GEMM
+/// rate on Hopper; calibrate), or its HBM traffic — Q, K, V read and O written once
+/// (backward: also dO, dQ, dK, dV), the score matrix never leaving the SMs — whichever is
+/// longer, plus a launch.
+pub fn attention_time(
+    gpu: &GpuSpec,
+    bh: u64,
+    seq_q: u32,
+    seq_kv: u32,
+    head_dim: u32,
+    causal: bool,
+    backward: bool,
+    dtype: DType,
+) -> Result<f64, CostError> {
+    let peak = gpu.peak(dtype).ok_or_else(|| CostError::NoPeak {
+        gpu: gpu.name.clone(),
+        dtype,
+    })?;
+    let flops = attention_flops(bh, seq_q, seq_kv, head_dim, causal, backward);
+    if flops == 0.0 {
+        return Ok(0.0);
+    }
+    let elems = bh as f64 * head_dim as f64 * 2.0 * (seq_q as f64 + seq_kv as f64);
+    let bytes = elems * dtype.bytes() as f64 * if backward { 2.0 } else { 1.0 };
+    let compute = flops / (peak * gpu.gemm.efficiency);
+    let memory = bytes / (gpu.hbm_bandwidth * gpu.gemm.memory_efficiency);
+    Ok(gpu.gemm.launch + compute.max(memory))
+}
+
 /// Time of a memory-bound elementwise kernel that moves `bytes` through HBM (reads plus
 /// writes). Zero bytes is a no-op.
 pub fn elementwise_time(gpu: &GpuSpec, bytes: u64) -> f64 {

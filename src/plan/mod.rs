@@ -71,6 +71,19 @@ pub enum OpKind {
         kind: EltKind,
         bytes: u64,
     },
+    /// A fused (flash) attention kernel over `bh` (batch × local heads) independent heads:
+    /// `seq_q` queries against `seq_kv` keys of `head_dim`; with `causal`, the queries
+    /// are the last `seq_q` positions and see only keys up to their own. `backward`: the
+    /// gradient kernel (see [`crate::cost::attention_flops`]).
+    Attention {
+        bh: u64,
+        seq_q: u32,
+        seq_kv: u32,
+        head_dim: u32,
+        causal: bool,
+        backward: bool,
+        dtype: DType,
+    },
     /// A device-local copy of `bytes` (read + write).
     Copy {
         bytes: u64,
@@ -135,7 +148,7 @@ impl OpClass {
 impl OpKind {
     pub fn class(&self) -> OpClass {
         match self {
-            OpKind::Gemm { .. } => OpClass::Gemm,
+            OpKind::Gemm { .. } | OpKind::Attention { .. } => OpClass::Gemm,
             OpKind::Elementwise {
                 kind: EltKind::Add, ..
             } => OpClass::Add,
@@ -152,7 +165,7 @@ impl OpKind {
     /// Payload bytes the op moves (0 for GEMMs).
     pub fn bytes(&self) -> u64 {
         match *self {
-            OpKind::Gemm { .. } => 0,
+            OpKind::Gemm { .. } | OpKind::Attention { .. } => 0,
             OpKind::Elementwise { bytes, .. }
             | OpKind::Copy { bytes }
             | OpKind::Send { bytes, .. }
@@ -163,6 +176,15 @@ impl OpKind {
     pub fn flops(&self) -> f64 {
         match *self {
             OpKind::Gemm { m, n, k, .. } => crate::cost::gemm_flops(m, n, k),
+            OpKind::Attention {
+                bh,
+                seq_q,
+                seq_kv,
+                head_dim,
+                causal,
+                backward,
+                ..
+            } => crate::cost::attention_flops(bh, seq_q, seq_kv, head_dim, causal, backward),
             _ => 0.0,
         }
     }
@@ -353,6 +375,8 @@ pub struct PlanBuilder {
     buffers: Vec<BufferInfo>,
     io: Vec<Option<OpIo>>,
     outputs: Vec<Region>,
+    /// Record buffers, op regions and outputs (`false`: a plan for the simulator only).
+    dataflow: bool,
 }
 
 /// The most ops one plan may hold; bigger plans are refused rather than exhausting memory.
@@ -375,7 +399,16 @@ impl PlanBuilder {
             buffers: Vec::new(),
             io: Vec::new(),
             outputs: Vec::new(),
+            dataflow: true,
         }
+    }
+
+    /// A builder that drops data flow: buffer declarations, op regions and outputs are
+    /// ignored, and the plan has none (the simulator needs only shapes and bytes; an
+    /// executor refuses such a plan).
+    pub fn without_dataflow(mut self) -> PlanBuilder {
+        self.dataflow = false;
+        self
     }
 
     pub fn with_op_limit(mut self, limit: usize) -> PlanBuilder {
@@ -411,6 +444,9 @@ impl PlanBuilder {
         dtype: DType,
         init: BufInit,
     ) -> BufId {
+        if !self.dataflow {
+            return 0;
+        }
         self.buffers.push(BufferInfo {
             rank,
             name: name.to_string(),
@@ -424,6 +460,9 @@ impl PlanBuilder {
 
     /// Attach data flow to an op already added.
     pub fn set_io(&mut self, op: OpId, io: OpIo) {
+        if !self.dataflow {
+            return;
+        }
         let i = op as usize;
         if self.io.len() <= i {
             self.io.resize(i + 1, None);
@@ -433,7 +472,9 @@ impl PlanBuilder {
 
     /// Name the region that holds a rank's result (one per rank, in rank order).
     pub fn output(&mut self, region: Region) {
-        self.outputs.push(region);
+        if self.dataflow {
+            self.outputs.push(region);
+        }
     }
 
     /// Intern a site name (e.g. `fc1`).

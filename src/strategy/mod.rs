@@ -115,10 +115,19 @@ pub fn build(sc: &Scenario, workload: Workload, strategy: Strategy) -> Result<Pl
             .map(|(r, &p)| Region::rows(p, r as u64 * shard, shard))
             .collect()
     };
+    let inputs = vec![None; n as usize];
     let outputs = match workload {
         Workload::AgGemm => {
             b.add_model_flops(crate::cost::gemm_flops(m, shape.fc1_width, h));
-            let y = sites::ag_gemm(&mut b, &streams, strategy, "fc1", &shape, shape.fc1_width)?;
+            let y = sites::ag_gemm(
+                &mut b,
+                &streams,
+                strategy,
+                "fc1",
+                &shape,
+                shape.fc1_width,
+                &inputs,
+            )?;
             y.bufs.iter().map(|&y| Region::rows(y, 0, m)).collect()
         }
         Workload::GemmRs => {
@@ -127,18 +136,22 @@ pub fn build(sc: &Scenario, workload: Workload, strategy: Strategy) -> Result<Pl
                 BufInit::Local
             });
             let ready = Blocks::inputs_ready(strategy, shape.ranks, m, a);
-            shard_of(sites::gemm_rs(
-                &mut b, &streams, strategy, "fc2", &shape, &ready,
-            )?)
+            shard_of(sites::gemm_rs(&mut b, &streams, strategy, "fc2", &shape, &ready)?.0)
         }
         Workload::Mlp => {
             b.add_model_flops(crate::cost::gemm_flops(m, shape.fc1_width, h));
             b.add_model_flops(crate::cost::gemm_flops(m, h, shape.ffn));
-            let fc1 = sites::ag_gemm(&mut b, &streams, strategy, "fc1", &shape, shape.fc1_width)?;
+            let fc1 = sites::ag_gemm(
+                &mut b,
+                &streams,
+                strategy,
+                "fc1",
+                &shape,
+                shape.fc1_width,
+                &inputs,
+            )?;
             let act = sites::activation(&mut b, &streams, strategy, "act", &shape, &fc1)?;
-            shard_of(sites::gemm_rs(
-                &mut b, &streams, strategy, "fc2", &shape, &act,
-            )?)
+            shard_of(sites::gemm_rs(&mut b, &streams, strategy, "fc2", &shape, &act)?.0)
         }
     };
     for o in outputs {

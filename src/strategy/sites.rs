@@ -189,6 +189,7 @@ fn ring(
 /// column-parallel GEMM of the gathered rows with this rank's weight shard
 /// (hidden × width/N). Declares, per rank, `x` (the gathered input, own shard filled),
 /// `w_<site>` and `y_<site>`; returns, per rank, the GEMM op of each token block of `y`.
+/// `after[r]`: the op that produces rank r's shard of the input (`None`: an input).
 pub fn ag_gemm(
     b: &mut PlanBuilder,
     st: &RankStreams,
@@ -196,6 +197,7 @@ pub fn ag_gemm(
     site_name: &str,
     s: &MlpShape,
     width: u64,
+    after: &[Option<OpId>],
 ) -> Result<Blocks, StrategyError> {
     let site = b.site(site_name);
     let n = s.ranks as u64;
@@ -246,13 +248,17 @@ pub fn ag_gemm(
             // Comm-first: gather chunk i, then multiply it while chunk i+1 is gathered.
             let p = rows / n;
             let piece = p * s.hidden * s.dtype.bytes();
-            let none = vec![None; n as usize];
             for i in 0..nb {
                 let at = |r: u64, blk: u64| Region::rows(x[r as usize], blk * shard + i * p, p);
-                let gathered = ring(b, st, site, piece, false, &none, &at)?;
+                let gathered = ring(b, st, site, piece, false, after, &at)?;
                 for (r, &g) in gathered.iter().enumerate().take(n as usize) {
-                    out.ready[r][i as usize] =
-                        Some(gemm_op(b, r, i as usize, &deps(g), tag(site, i, i))?);
+                    out.ready[r][i as usize] = Some(gemm_op(
+                        b,
+                        r,
+                        i as usize,
+                        &deps(g.or(after[r])),
+                        tag(site, i, i),
+                    )?);
                 }
             }
         }
@@ -269,13 +275,20 @@ pub fn ag_gemm(
                     let sj = (r + n - k % n) % n;
                     let send_tag = tag(site, k, sj);
                     let xr = x[r as usize];
+                    // Step 0 sends the own shard, ready after its producer; later steps
+                    // forward what the previous step received (stream order).
+                    let first = if k == 0 {
+                        deps(after[r as usize])
+                    } else {
+                        vec![]
+                    };
                     let id = ring_step(
                         b,
                         st,
                         r,
                         piece,
                         &tags,
-                        &[],
+                        &first,
                         send_tag,
                         tag(site, k, j),
                         false,
@@ -293,7 +306,7 @@ pub fn ag_gemm(
             for r in 0..n {
                 for k in 0..n {
                     let j = (r + n - k) % n;
-                    let d = deps(got[r as usize][j as usize]);
+                    let d = deps(got[r as usize][j as usize].or(after[r as usize]));
                     out.ready[r as usize][j as usize] =
                         Some(gemm_op(b, r as usize, j as usize, &d, tag(site, k, j))?);
                 }
@@ -376,7 +389,7 @@ pub fn gemm_rs(
     site_name: &str,
     s: &MlpShape,
     input: &Blocks,
-) -> Result<Vec<BufId>, StrategyError> {
+) -> Result<(Vec<BufId>, Vec<Option<OpId>>), StrategyError> {
     let site = b.site(site_name);
     let n = s.ranks as u64;
     let nb = blocks(strategy, s.ranks);
@@ -418,6 +431,7 @@ pub fn gemm_rs(
             // multiplied.
             let pr = rows / n;
             let piece = pr * s.hidden * s.dtype.bytes();
+            let mut last = vec![None; n as usize];
             for i in 0..nb as usize {
                 let mut done = Vec::with_capacity(n as usize);
                 for r in 0..n as usize {
@@ -425,8 +439,13 @@ pub fn gemm_rs(
                 }
                 let at =
                     |r: u64, blk: u64| Region::rows(p[r as usize], blk * shard + i as u64 * pr, pr);
-                ring(b, st, site, piece, true, &done, &at)?;
+                let reduced = ring(b, st, site, piece, true, &done, &at)?;
+                // The comm stream is in order: the last chunk's ring ends the site.
+                for r in 0..n as usize {
+                    last[r] = reduced[r].or(done[r]);
+                }
             }
+            Ok((p, last))
         }
         Strategy::Flash => {
             // Flash-RS: step k computes the partial of slice (r − 1 − k) mod N, so the own
@@ -495,7 +514,7 @@ pub fn gemm_rs(
                     );
                 }
             }
+            Ok((p, carry.into_iter().map(Some).collect()))
         }
     }
-    Ok(p)
 }

@@ -303,6 +303,17 @@ impl<'p> Engine<'p> {
                         }
                     }
                 }
+                OpKind::Attention {
+                    bh,
+                    seq_q,
+                    seq_kv,
+                    head_dim,
+                    causal,
+                    backward,
+                    dtype,
+                } => {
+                    cost::attention_time(gpu, bh, seq_q, seq_kv, head_dim, causal, backward, dtype)?
+                }
                 OpKind::Elementwise { bytes, .. } => cost::elementwise_time(gpu, bytes),
                 OpKind::Copy { bytes } => cost::elementwise_time(gpu, bytes.saturating_mul(2)),
                 OpKind::Send { .. } | OpKind::Recv { .. } => COMM,

@@ -361,7 +361,10 @@ fn near_zero_bandwidth_overflows_cleanly() {
     )
     .unwrap();
     let e = run_strategy(&sc, Strategy::Sequential, &SimOptions::default()).unwrap_err();
-    assert!(e.to_string().contains("simulated time passed 1e12 s"), "{e}");
+    assert!(
+        e.to_string().contains("simulated time passed 1e12 s"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -355,16 +355,29 @@ pub enum Workload {
     GemmRs,
     /// The TPSP MLP block forward: AG → FC1 → activation → FC2 → RS.
     Mlp,
+    /// One transformer layer (attention + MLP), forward and backward, TPSP.
+    Layer,
+    /// A training step: every layer forward and backward plus the LM head, per
+    /// micro-batch.
+    Step,
 }
 
 impl Workload {
-    pub const ALL: [Workload; 3] = [Workload::AgGemm, Workload::GemmRs, Workload::Mlp];
+    pub const ALL: [Workload; 5] = [
+        Workload::AgGemm,
+        Workload::GemmRs,
+        Workload::Mlp,
+        Workload::Layer,
+        Workload::Step,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Workload::AgGemm => "ag-gemm",
             Workload::GemmRs => "gemm-rs",
             Workload::Mlp => "mlp",
+            Workload::Layer => "layer",
+            Workload::Step => "step",
         }
     }
 
@@ -429,6 +442,8 @@ pub struct Scenario {
     pub parallel: Parallel,
     pub batch: u64,
     pub seq: u64,
+    /// Micro-batches of `batch` sequences in a step (workload `step`).
+    pub micro_batches: u64,
     pub dtype: DType,
     pub workload: Workload,
     pub strategies: Vec<Strategy>,

@@ -24,7 +24,8 @@ pub struct Args {
     /// Hardware profile name or TOML file (overrides the scenario's).
     #[arg(long)]
     pub hardware: Option<String>,
-    /// Workload: mlp, ag-gemm or gemm-rs.
+    /// Workload: mlp, ag-gemm, gemm-rs, layer (one transformer layer, forward and
+    /// backward) or step (every layer and the LM head, forward and backward).
     #[arg(long)]
     pub workload: Option<String>,
     /// Tensor-parallel degree.
@@ -36,6 +37,9 @@ pub struct Args {
     /// Sequence length (tokens), e.g. 4096 or 4k.
     #[arg(long, value_parser = parse_count)]
     pub seq: Option<i64>,
+    /// Micro-batches per training step (workload `step`).
+    #[arg(long, value_parser = parse_count)]
+    pub micro_batches: Option<i64>,
     /// Element type: fp8, bf16, fp16, fp32.
     #[arg(long)]
     pub dtype: Option<String>,
@@ -173,6 +177,10 @@ pub fn scenario_and_file(
     if let Some(v) = a.seq {
         f.seq = v;
         set("seq", "--seq");
+    }
+    if let Some(v) = a.micro_batches {
+        f.micro_batches = v;
+        set("micro_batches", "--micro-batches");
     }
     if let Some(v) = &a.dtype {
         f.dtype = v.clone();

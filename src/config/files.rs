@@ -236,6 +236,9 @@ pub struct ScenarioFile {
     pub workload: String,
     pub batch: i64,
     pub seq: i64,
+    /// Micro-batches per step (workload `step`); default 1.
+    #[serde(default = "one_i", skip_serializing_if = "is_one")]
+    pub micro_batches: i64,
     #[serde(default = "default_dtype")]
     pub dtype: String,
     pub parallel: ParallelFile,
@@ -250,6 +253,10 @@ pub struct ScenarioFile {
     /// Model compute slowdown beside communication (where the profile gives parameters).
     #[serde(default = "yes")]
     pub interference: bool,
+}
+
+fn is_one(v: &i64) -> bool {
+    *v == 1
 }
 
 fn default_transport() -> String {

@@ -519,7 +519,7 @@ pub fn scenario_from_file(
             &at("workload"),
             "workload",
             &s.workload,
-            "unknown workload (known: mlp, ag-gemm, gemm-rs)",
+            "unknown workload (known: mlp, ag-gemm, gemm-rs, layer, step)",
         )
     })?;
     let p = &s.parallel;
@@ -579,6 +579,48 @@ pub fn scenario_from_file(
             format!("batch × seq = {tokens} tokens makes tensors beyond 2^60 bytes"),
         ));
     }
+    let micro_batches = positive(&at("micro_batches"), "micro_batches", s.micro_batches)?;
+    let whole = matches!(workload, Workload::Layer | Workload::Step);
+    if whole {
+        if model.kv_heads % tp != 0 && tp % model.kv_heads != 0 {
+            return Err(ConfigError::invalid(
+                &at("parallel.tp"),
+                "parallel.tp",
+                tp,
+                format!(
+                    "the model's {} kv heads cannot be split over tp = {tp} (kv heads must be a multiple of tp, or tp of kv heads)",
+                    model.kv_heads
+                ),
+            ));
+        }
+        if seq > u32::MAX as u64 {
+            return Err(ConfigError::invalid(
+                &at("seq"),
+                "seq",
+                seq,
+                "attention is modelled up to 2^32 − 1 positions",
+            ));
+        }
+        let logits = tokens
+            .checked_mul(model.vocab)
+            .and_then(|e| e.checked_mul(dtype.bytes()));
+        if workload == Workload::Step && logits.is_none_or(|b| b > 1 << 60) {
+            return Err(ConfigError::invalid(
+                &at("seq"),
+                "seq",
+                seq,
+                format!("batch × seq = {tokens} tokens makes logits beyond 2^60 bytes"),
+            ));
+        }
+        if workload == Workload::Step && model.vocab % tp != 0 {
+            return Err(ConfigError::invalid(
+                &at("parallel.tp"),
+                "parallel.tp",
+                tp,
+                format!("must divide the model's vocabulary ({})", model.vocab),
+            ));
+        }
+    }
     if tokens % tp != 0 {
         return Err(ConfigError::invalid(
             &at("parallel.tp"),
@@ -624,7 +666,33 @@ pub fn scenario_from_file(
             activation: model.activation,
             dtype,
         };
-        crate::strategy::check_shape(st, &shape).map_err(|e| {
+        let checked = if whole {
+            let mut ls = crate::strategy::layer::LayerShape {
+                ranks: tp as u32,
+                batch,
+                seq,
+                hidden: model.hidden,
+                heads: model.heads,
+                kv_heads: model.kv_heads,
+                ffn: model.ffn,
+                fc1_width: model.fc1_width(),
+                activation: model.activation,
+                vocab: model.vocab,
+                layers: model.layers,
+                micro_batches,
+                dtype,
+            };
+            if workload == Workload::Layer {
+                ls.layers = 1;
+                ls.micro_batches = 1;
+            }
+            crate::strategy::layer::check_layer(st, &ls, workload == Workload::Step).and_then(
+                |()| crate::strategy::layer::check_size(st, &ls, workload == Workload::Step),
+            )
+        } else {
+            crate::strategy::check_shape(st, &shape)
+        };
+        checked.map_err(|e| {
             ConfigError::invalid(&at("strategies"), &format!("strategies[{i}]"), name, e)
         })?;
         if seen.insert(st) {
@@ -651,6 +719,7 @@ pub fn scenario_from_file(
         parallel,
         batch,
         seq,
+        micro_batches,
         dtype,
         workload,
         strategies,

@@ -8,6 +8,7 @@
 //! the blocks the previous one produced, so the MLP block is a composition of the two.
 
 pub mod collective;
+pub mod layer;
 mod sites;
 
 pub use sites::{Blocks, RankStreams, block_region};
@@ -100,6 +101,11 @@ pub fn check_shape(strategy: Strategy, s: &MlpShape) -> Result<(), StrategyError
 
 /// Build the Plan of `workload` under `strategy`.
 pub fn build(sc: &Scenario, workload: Workload, strategy: Strategy) -> Result<Plan, StrategyError> {
+    match workload {
+        Workload::Layer => return layer::build(&layer::LayerShape::of(sc), strategy, false),
+        Workload::Step => return layer::build(&layer::LayerShape::of(sc), strategy, true),
+        _ => {}
+    }
     let shape = MlpShape::of(sc);
     check_shape(strategy, &shape)?;
     let mut b = PlanBuilder::new(shape.ranks);
@@ -138,6 +144,7 @@ pub fn build(sc: &Scenario, workload: Workload, strategy: Strategy) -> Result<Pl
             let ready = Blocks::inputs_ready(strategy, shape.ranks, m, a);
             shard_of(sites::gemm_rs(&mut b, &streams, strategy, "fc2", &shape, &ready)?.0)
         }
+        Workload::Layer | Workload::Step => unreachable!("built above"),
         Workload::Mlp => {
             b.add_model_flops(crate::cost::gemm_flops(m, shape.fc1_width, h));
             b.add_model_flops(crate::cost::gemm_flops(m, h, shape.ffn));

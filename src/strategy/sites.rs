@@ -185,6 +185,22 @@ fn ring(
     Ok(last)
 }
 
+/// A ring all-gather of `piece` bytes per rank on the comm streams, each rank's first send
+/// after `after[r]` (a bulk collective beside other work; simulator-only plans: it
+/// declares no data flow). Returns each rank's last op of it.
+pub fn bulk_all_gather(
+    b: &mut PlanBuilder,
+    st: &RankStreams,
+    site: u16,
+    piece: u64,
+    after: &[Option<OpId>],
+) -> Result<Vec<Option<OpId>>, StrategyError> {
+    let done = ring(b, st, site, piece, false, after, &|_, _| {
+        Region::rows(0, 0, 0)
+    })?;
+    Ok(done.iter().zip(after).map(|(d, a)| d.or(*a)).collect())
+}
+
 /// All-gather of the sequence-sharded input (M/N × hidden per rank), then the
 /// column-parallel GEMM of the gathered rows with this rank's weight shard
 /// (hidden × width/N). Declares, per rank, `x` (the gathered input, own shard filled),

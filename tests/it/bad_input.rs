@@ -131,6 +131,16 @@ fn cases(d: &Path) -> Vec<Case> {
         "xml-bad.toml",
         &format!("{HW}kind = \"nccl-xml\"\nfile = \"bad-dump.xml\"\n"),
     );
+    let gqa = write(
+        d,
+        "gqa.toml",
+        "name = \"gqa\"\nhidden = 3072\nffn = 8192\nheads = 24\nkv_heads = 6\nlayers = 2\nvocab = 32000\nactivation = \"swiglu\"\n",
+    );
+    let hf_missing = write(
+        d,
+        "config.json",
+        "{\"model_type\": \"llama\", \"hidden_size\": 4096, \"num_attention_heads\": 32, \"num_hidden_layers\": 2, \"vocab_size\": 32000, \"hidden_act\": \"silu\"}",
+    );
     let syntax = write(d, "syntax.toml", "model = \"default-block\"\nbatch = = 3\n");
     let typo = write(d, "typo.toml", &SCENARIO.replace("batch", "bacth"));
     let split_sc = write(d, "split-sc.toml", &SCENARIO.replace("HW", &hw_split));
@@ -352,6 +362,30 @@ fn cases(d: &Path) -> Vec<Case> {
             args: coll(&["--hardware", &hw_xml_bad]),
             code: 2,
             says: vec![s("bad-dump.xml"), s("line 3"), s("link_speed=\"warp\"")],
+        },
+        Case {
+            name: "layer: heads not divisible by tp",
+            args: sim(&["--workload", "layer", "--tp", "3", "--seq", "3072"]),
+            code: 2,
+            says: vec![s("parallel.tp"), s("heads")],
+        },
+        Case {
+            name: "layer: kv heads incompatible with tp",
+            args: sim(&["--workload", "layer", "--model", &gqa, "--tp", "4"]),
+            code: 2,
+            says: vec![s("parallel.tp"), s("6 kv heads")],
+        },
+        Case {
+            name: "step: micro-batches zero",
+            args: sim(&["--workload", "step", "--micro-batches", "0"]),
+            code: 2,
+            says: vec![s("--micro-batches"), s("micro_batches")],
+        },
+        Case {
+            name: "Hugging Face config.json missing a required field",
+            args: sim(&["--model", &hf_missing]),
+            code: 2,
+            says: vec![s("config.json"), s("intermediate_size"), s("(missing)")],
         },
         Case {
             name: "sweep: empty grid",

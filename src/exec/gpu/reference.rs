@@ -129,6 +129,8 @@ pub(super) fn check(
                 parts.push(y);
                 width = w1c;
             }
+            // Whole layers and steps are simulator-only plans (no data flow).
+            Workload::Layer | Workload::Step => return Err(GpuError::NoDataflow),
             Workload::GemmRs | Workload::Mlp => {
                 let (k, h) = find(plan, "w_fc2", r)?;
                 let a = match fc1_out {

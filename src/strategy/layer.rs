@@ -1,0 +1,545 @@
+//! Whole transformer layers and training steps under tensor + sequence parallelism
+//! (TPSP), forward and backward, as simulator-only Plans (no data flow).
+//!
+//! One layer, per rank (N ranks, M = batch·seq tokens, shard = M/N rows, h = hidden):
+//!
+//! forward
+//! : norm → **QKV** (AG + column-parallel GEMM, width (heads + 2·kv)·d/N) → fused
+//!   attention (heads/N heads, causal) → **proj** (row-parallel GEMM + RS) → residual add
+//!   → norm → **FC1** (AG + GEMM) → activation → **FC2** (GEMM + RS) → residual add.
+//!
+//! backward (TransformerEngine's placement, METHOD.md §2)
+//! : **FC2** dgrad (row-parallel: AG of dY + GEMM), FC2 wgrad; activation backward;
+//!   **FC1** dgrad (column-parallel: GEMM + RS), with the bulk AG of FC1's input that its
+//!   wgrad needs running on the comm stream during the dgrad GEMMs, FC1 wgrad; norm and
+//!   residual backward; the same for **proj** and **QKV** around the attention backward.
+//!
+//! Every AG+GEMM / GEMM+RS site runs the step's strategy (`sequential`, `chunked:K`,
+//! `flash`) with the existing site builders; the bulk AGs are ring all-gathers. Within a
+//! rank, compute runs on one in-order stream and communication on another, so a wgrad
+//! GEMM queued after a dgrad GEMM overlaps the dgrad's reduce-scatter.
+//!
+//! A *step* is, per micro-batch, the layers forward, the LM head (vocab-parallel:
+//! AG + GEMM forward, GEMM + RS dgrad, wgrad), the layers backward in reverse; micro-batches
+//! follow each other. Model FLOPs (for MFU) are 6·P·T for the linear layers (P their
+//! parameters, T tokens: forward 2·P·T, backward 4·P·T) plus, per layer, three times the
+//! causal attention forward, 3 · 4·d·heads·b·s(s+1)/2 = 6·h·T·(s+1) — PaLM's 12·L·h·s·T
+//! term with the causal mask counted.
+
+use super::sites::{self, Blocks, RankStreams};
+use super::{MlpShape, StrategyError, blocks, check_div};
+use crate::plan::{EltKind, OpId, OpKind, OpTag, Plan, PlanBuilder};
+use crate::scenario::{Activation, DType, Scenario, Strategy};
+
+/// What one tensor-parallel group computes, as its ranks see it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LayerShape {
+    pub ranks: u32,
+    pub batch: u64,
+    pub seq: u64,
+    pub hidden: u64,
+    pub heads: u64,
+    pub kv_heads: u64,
+    pub ffn: u64,
+    pub fc1_width: u64,
+    pub activation: Activation,
+    pub vocab: u64,
+    pub layers: u64,
+    pub micro_batches: u64,
+    pub dtype: DType,
+}
+
+impl LayerShape {
+    pub fn of(sc: &Scenario) -> LayerShape {
+        LayerShape {
+            ranks: sc.parallel.tp as u32,
+            batch: sc.batch,
+            seq: sc.seq,
+            hidden: sc.model.hidden,
+            heads: sc.model.heads,
+            kv_heads: sc.model.kv_heads,
+            ffn: sc.model.ffn,
+            fc1_width: sc.model.fc1_width(),
+            activation: sc.model.activation,
+            vocab: sc.model.vocab,
+            layers: sc.model.layers,
+            micro_batches: sc.micro_batches,
+            dtype: sc.dtype,
+        }
+    }
+
+    pub fn tokens(&self) -> u64 {
+        self.batch * self.seq
+    }
+
+    pub fn head_dim(&self) -> u64 {
+        self.hidden / self.heads
+    }
+
+    /// QKV output width over all ranks: (heads + 2·kv_heads)·d. With fewer kv heads than
+    /// ranks, each rank holds a replica of its group's kv head (Megatron's GQA layout).
+    pub fn qkv_width(&self) -> u64 {
+        let n = self.ranks as u64;
+        let kv = self.kv_heads.max(n);
+        (self.heads + 2 * kv) * self.head_dim()
+    }
+
+    /// Parameters of the linear layers of one layer (norms and biases left out):
+    /// h·(heads + 2·kv)·d + h·h + h·fc1_width + ffn·h.
+    pub fn layer_params(&self) -> u64 {
+        let h = self.hidden;
+        h * (self.heads + 2 * self.kv_heads) * self.head_dim()
+            + h * h
+            + h * self.fc1_width
+            + self.ffn * h
+    }
+
+    /// Model FLOPs of one layer forward + backward for one micro-batch (see the module
+    /// doc): 6·P·T + 6·h·T·(s+1).
+    pub fn layer_model_flops(&self) -> f64 {
+        let t = self.tokens() as f64;
+        6.0 * self.layer_params() as f64 * t
+            + 6.0 * self.hidden as f64 * t * (self.seq as f64 + 1.0)
+    }
+
+    /// Model FLOPs of a step: layers, the LM head (6·V·h·T), every micro-batch.
+    pub fn step_model_flops(&self) -> f64 {
+        let t = self.tokens() as f64;
+        let head = 6.0 * self.vocab as f64 * self.hidden as f64 * t;
+        self.micro_batches as f64 * (self.layers as f64 * self.layer_model_flops() + head)
+    }
+
+    /// A site's view for the shared site builders: K = `k`, the row-parallel input width
+    /// over all ranks `ffn`.
+    fn mlp(&self, k: u64, ffn: u64) -> MlpShape {
+        MlpShape {
+            ranks: self.ranks,
+            tokens: self.tokens(),
+            hidden: k,
+            fc1_width: self.fc1_width,
+            ffn,
+            gated: self.activation.gated(),
+            activation: self.activation,
+            dtype: self.dtype,
+        }
+    }
+}
+
+/// Can `strategy` cut a layer (or, with `head`, a step's LM head too) evenly?
+pub fn check_layer(strategy: Strategy, s: &LayerShape, head: bool) -> Result<(), StrategyError> {
+    let n = s.ranks as u64;
+    for (what, v) in [
+        ("tokens", s.tokens()),
+        ("heads", s.heads),
+        ("ffn", s.ffn),
+        ("fc1 width", s.fc1_width),
+    ] {
+        check_div(strategy, what, v, n)?;
+    }
+    if s.kv_heads % n != 0 && n % s.kv_heads != 0 {
+        return Err(StrategyError::Indivisible {
+            strategy: strategy.to_string(),
+            what: "kv heads (or tp by kv heads)",
+            value: s.kv_heads,
+            by: n,
+        });
+    }
+    if head {
+        check_div(strategy, "vocab", s.vocab, n)?;
+    }
+    if let Strategy::Chunked(k) = strategy {
+        check_div(strategy, "tokens per rank", s.tokens() / n, k as u64)?;
+    }
+    Ok(())
+}
+
+/// Refuse, before building, a plan that would pass the op limit. An upper bound of its
+/// ops: per rank and layer, ten collective sites of at most (blocks + 1)·3N ops each
+/// (GEMMs, sends, receives, adds) and twenty single ops; the head adds three sites.
+pub fn check_size(strategy: Strategy, s: &LayerShape, step: bool) -> Result<(), StrategyError> {
+    let n = s.ranks as u64;
+    let nb = blocks(strategy, s.ranks);
+    let site = (nb + 1).saturating_mul(3 * n);
+    let per_layer = site.saturating_mul(10).saturating_add(20);
+    let layers = if step { s.layers } else { 1 };
+    let per_mb = layers.saturating_mul(per_layer).saturating_add(if step {
+        site.saturating_mul(3) + 4
+    } else {
+        0
+    });
+    let mbs = if step { s.micro_batches } else { 1 };
+    let ops = per_mb.saturating_mul(mbs).saturating_mul(n);
+    if ops > crate::plan::DEFAULT_OP_LIMIT as u64 {
+        return Err(crate::plan::PlanError::TooLarge {
+            limit: crate::plan::DEFAULT_OP_LIMIT,
+        }
+        .into());
+    }
+    Ok(())
+}
+
+struct Ctx<'a> {
+    b: PlanBuilder,
+    st: RankStreams,
+    strategy: Strategy,
+    s: &'a LayerShape,
+}
+
+type PerRank = Vec<Option<OpId>>;
+
+fn tag(site: u16, slice: u64) -> OpTag {
+    OpTag {
+        site,
+        step: 0,
+        slice: slice as u32,
+    }
+}
+
+impl Ctx<'_> {
+    fn n(&self) -> usize {
+        self.s.ranks as usize
+    }
+
+    fn shard_bytes(&self, cols: u64) -> u64 {
+        self.s.tokens() / self.s.ranks as u64 * cols * self.s.dtype.bytes()
+    }
+
+    /// One op per rank on its compute stream after `after[r]`.
+    fn each(
+        &mut self,
+        site: &str,
+        kind: OpKind,
+        after: &PerRank,
+    ) -> Result<PerRank, StrategyError> {
+        let site = self.b.site(site);
+        let mut out = Vec::with_capacity(self.n());
+        for r in 0..self.n() {
+            let d: Vec<OpId> = after[r].into_iter().collect();
+            out.push(Some(self.b.single(
+                self.st.compute[r],
+                kind,
+                &d,
+                tag(site, 0),
+            )?));
+        }
+        Ok(out)
+    }
+
+    /// A memory-bound kernel over this rank's shard: `tensors` shard-sized tensors of
+    /// width h read or written.
+    fn elt(&mut self, site: &str, tensors: u64, after: &PerRank) -> Result<PerRank, StrategyError> {
+        let bytes = self.shard_bytes(self.s.hidden) * tensors;
+        let kind = OpKind::Elementwise {
+            kind: EltKind::Add,
+            bytes,
+        };
+        self.each(site, kind, after)
+    }
+
+    fn gemm(
+        &mut self,
+        site: &str,
+        m: u64,
+        n: u64,
+        k: u64,
+        after: &PerRank,
+    ) -> Result<PerRank, StrategyError> {
+        let kind = OpKind::Gemm {
+            m,
+            n,
+            k,
+            dtype: self.s.dtype,
+        };
+        self.each(site, kind, after)
+    }
+
+    fn attention(
+        &mut self,
+        site: &str,
+        backward: bool,
+        after: &PerRank,
+    ) -> Result<PerRank, StrategyError> {
+        let s = self.s;
+        let kind = OpKind::Attention {
+            bh: s.batch * s.heads / s.ranks as u64,
+            seq_q: s.seq.min(u32::MAX as u64) as u32,
+            seq_kv: s.seq.min(u32::MAX as u64) as u32,
+            head_dim: s.head_dim().min(u32::MAX as u64) as u32,
+            causal: true,
+            backward,
+            dtype: s.dtype,
+        };
+        self.each(site, kind, after)
+    }
+
+    /// All token blocks of the strategy ready on rank r after `after[r]`.
+    fn ready(&self, after: &PerRank) -> Blocks {
+        let nb = blocks(self.strategy, self.s.ranks) as usize;
+        let mut bl = Blocks::inputs_ready(
+            self.strategy,
+            self.s.ranks,
+            self.s.tokens(),
+            vec![0; self.n()],
+        );
+        for r in 0..self.n() {
+            bl.ready[r] = vec![after[r]; nb];
+        }
+        bl
+    }
+
+    /// AG + column-parallel GEMM of `width` (over all ranks) with K = `k`.
+    fn ag_gemm(
+        &mut self,
+        site: &str,
+        k: u64,
+        width: u64,
+        after: &PerRank,
+    ) -> Result<Blocks, StrategyError> {
+        let shape = self.s.mlp(k, self.s.ffn);
+        sites::ag_gemm(
+            &mut self.b,
+            &self.st,
+            self.strategy,
+            site,
+            &shape,
+            width,
+            after,
+        )
+    }
+
+    /// Row-parallel GEMM (K = `k_total`/N, width h) + RS of `input`'s blocks.
+    fn gemm_rs(
+        &mut self,
+        site: &str,
+        k_total: u64,
+        input: &Blocks,
+    ) -> Result<PerRank, StrategyError> {
+        let shape = self.s.mlp(self.s.hidden, k_total);
+        Ok(sites::gemm_rs(&mut self.b, &self.st, self.strategy, site, &shape, input)?.1)
+    }
+
+    /// A ring all-gather of every rank's shard of width h (the bulk AG for a wgrad).
+    fn bulk_ag(&mut self, site: &str, after: &PerRank) -> Result<PerRank, StrategyError> {
+        let piece = self.shard_bytes(self.s.hidden);
+        let site = self.b.site(site);
+        sites::bulk_all_gather(&mut self.b, &self.st, site, piece, after)
+    }
+
+    fn layer_fwd(&mut self, x: &PerRank) -> Result<PerRank, StrategyError> {
+        let s = *self.s;
+        let h = s.hidden;
+        let n1 = self.elt("fwd.norm", 2, x)?;
+        let qkv = self.ag_gemm("fwd.qkv", h, s.qkv_width(), &n1)?;
+        let a = self.attention("fwd.attn", false, &last(&qkv))?;
+        let proj = self.gemm_rs("fwd.proj", h, &self.ready(&a))?;
+        let r1 = self.elt("fwd.residual", 3, &proj)?;
+        let n2 = self.elt("fwd.norm", 2, &r1)?;
+        let fc1 = self.ag_gemm("fwd.fc1", h, s.fc1_width, &n2)?;
+        let shape = s.mlp(h, s.ffn);
+        let act = sites::activation(
+            &mut self.b,
+            &self.st,
+            self.strategy,
+            "fwd.act",
+            &shape,
+            &fc1,
+        )?;
+        let fc2 = self.gemm_rs("fwd.fc2", s.ffn, &act)?;
+        self.elt("fwd.residual", 3, &fc2)
+    }
+
+    fn layer_bwd(&mut self, dy: &PerRank) -> Result<PerRank, StrategyError> {
+        let s = *self.s;
+        let (h, m, n) = (s.hidden, s.tokens(), s.ranks as u64);
+        // FC2, row-parallel: dgrad = AG(dY) + GEMM; wgrad after it.
+        let fc2 = self.ag_gemm("bwd.fc2.dgrad", h, s.ffn, dy)?;
+        let fc2_done = last(&fc2);
+        self.gemm("bwd.fc2.wgrad", s.ffn / n, h, m, &fc2_done)?;
+        let shape = s.mlp(h, s.ffn);
+        let act = sites::activation(
+            &mut self.b,
+            &self.st,
+            self.strategy,
+            "bwd.act",
+            &shape,
+            &fc2,
+        )?;
+        // FC1, column-parallel: the bulk AG of its input for the wgrad goes first on the
+        // comm stream, under the dgrad GEMMs; then dgrad = GEMM + RS; then the wgrad.
+        let x2 = self.bulk_ag("bwd.fc1.ag", dy)?;
+        let fc1 = self.gemm_rs("bwd.fc1.dgrad", s.fc1_width, &act)?;
+        let w_after: PerRank = (0..self.n()).map(|r| later(last(&act)[r], x2[r])).collect();
+        self.gemm("bwd.fc1.wgrad", h, s.fc1_width / n, m, &w_after)?;
+        let r2 = self.elt("bwd.norm", 3, &fc1)?;
+        // Out-projection, row-parallel.
+        let proj = self.ag_gemm("bwd.proj.dgrad", h, h, &r2)?;
+        let proj_done = last(&proj);
+        self.gemm("bwd.proj.wgrad", h / n, h, m, &proj_done)?;
+        let a = self.attention("bwd.attn", true, &proj_done)?;
+        // QKV, column-parallel, like FC1.
+        let x1 = self.bulk_ag("bwd.qkv.ag", &r2)?;
+        let qkv = self.gemm_rs("bwd.qkv.dgrad", s.qkv_width(), &self.ready(&a))?;
+        let w_after: PerRank = (0..self.n()).map(|r| later(a[r], x1[r])).collect();
+        self.gemm("bwd.qkv.wgrad", h, s.qkv_width() / n, m, &w_after)?;
+        self.elt("bwd.norm", 3, &qkv)
+    }
+
+    fn head_fwd(&mut self, x: &PerRank) -> Result<PerRank, StrategyError> {
+        let s = *self.s;
+        let y = self.ag_gemm("fwd.head", s.hidden, s.vocab, x)?;
+        // Softmax cross-entropy over the local vocab shard (a few passes over the logits).
+        let logits = s.tokens() * s.vocab / s.ranks as u64 * s.dtype.bytes();
+        let kind = OpKind::Elementwise {
+            kind: EltKind::Activation,
+            bytes: 3 * logits,
+        };
+        self.each("fwd.loss", kind, &last(&y))
+    }
+
+    fn head_bwd(&mut self, after: &PerRank) -> Result<PerRank, StrategyError> {
+        let s = *self.s;
+        let (h, m, n) = (s.hidden, s.tokens(), s.ranks as u64);
+        let x = self.bulk_ag("bwd.head.ag", after)?;
+        let dx = self.gemm_rs("bwd.head.dgrad", s.vocab, &self.ready(after))?;
+        let w_after: PerRank = (0..self.n()).map(|r| later(after[r], x[r])).collect();
+        self.gemm("bwd.head.wgrad", h, s.vocab / n, m, &w_after)?;
+        Ok(dx)
+    }
+}
+
+/// The later of two ops of one rank (ops are numbered in issue order).
+fn later(a: Option<OpId>, b: Option<OpId>) -> Option<OpId> {
+    a.max(b)
+}
+
+/// Each rank's last op of a site's blocks: on the in-order compute stream it ends last.
+fn last(bl: &Blocks) -> PerRank {
+    bl.ready
+        .iter()
+        .map(|r| r.iter().flatten().max().copied())
+        .collect()
+}
+
+/// The Plan of one layer forward + backward (`step = false`) or of a training step.
+pub fn build(s: &LayerShape, strategy: Strategy, step: bool) -> Result<Plan, StrategyError> {
+    check_layer(strategy, s, step)?;
+    check_size(strategy, s, step)?;
+    let mut b = PlanBuilder::new(s.ranks).without_dataflow();
+    let st = RankStreams::declare(&mut b);
+    let mut c = Ctx { b, st, strategy, s };
+    let mut x: PerRank = vec![None; c.n()];
+    if !step {
+        x = c.layer_fwd(&x)?;
+        c.layer_bwd(&x)?;
+        c.b.add_model_flops(s.layer_model_flops());
+        return Ok(c.b.finish()?);
+    }
+    for _ in 0..s.micro_batches {
+        x = c.elt("fwd.embed", 2, &x)?;
+        for _ in 0..s.layers {
+            x = c.layer_fwd(&x)?;
+        }
+        x = c.head_fwd(&x)?;
+        x = c.head_bwd(&x)?;
+        for _ in 0..s.layers {
+            x = c.layer_bwd(&x)?;
+        }
+        x = c.elt("bwd.embed", 2, &x)?;
+    }
+    c.b.add_model_flops(s.step_model_flops());
+    Ok(c.b.finish()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(model: &str, tp: u32, batch: u64, seq: u64) -> LayerShape {
+        let m = crate::config::load_model(model, None).unwrap();
+        LayerShape {
+            ranks: tp,
+            batch,
+            seq,
+            hidden: m.hidden,
+            heads: m.heads,
+            kv_heads: m.kv_heads,
+            ffn: m.ffn,
+            fc1_width: m.fc1_width(),
+            activation: m.activation,
+            vocab: m.vocab,
+            layers: m.layers,
+            micro_batches: 1,
+            dtype: DType::Bf16,
+        }
+    }
+
+    /// Hand-computed model FLOPs per preset (one layer, fwd + bwd, one micro-batch):
+    /// 6·P·T + 6·h·T·(s+1).
+    #[test]
+    fn layer_and_step_model_flops_are_the_closed_forms() {
+        // llama-3-8b, b=1, s=4096 (T = 4096): P = 4096·(32+16)·128 + 4096² + 4096·28672
+        // + 14336·4096 = 25165824 + 16777216 + 117440512 + 58720256 = 218103808.
+        let s = shape("llama-3-8b", 8, 1, 4096);
+        assert_eq!(s.layer_params(), 218_103_808);
+        let t = 4096.0;
+        let want = 6.0 * 218_103_808.0 * t + 6.0 * 4096.0 * t * 4097.0;
+        assert_eq!(s.layer_model_flops(), want);
+        // Step: 32 layers + head 6·128256·4096·T.
+        let head = 6.0 * 128_256.0 * 4096.0 * t;
+        assert_eq!(s.step_model_flops(), 32.0 * want + head);
+        // default-block (gelu, ffn 16384, 32 heads, kv 32): P = 4096·12288 + 4096²
+        // + 2·4096·16384 = 50331648 + 16777216 + 134217728 = 201326592.
+        let d = shape("default-block", 4, 2, 1024);
+        assert_eq!(d.layer_params(), 201_326_592);
+        // llama-3-70b: P = 8192·(64+16)·128 + 8192² + 8192·57344 + 28672·8192
+        // = 83886080 + 67108864 + 469762048 + 234881024 = 855638016 (× 80 layers ≈ 68.5B).
+        assert_eq!(shape("llama-3-70b", 8, 1, 8192).layer_params(), 855_638_016);
+    }
+
+    #[test]
+    fn the_plan_carries_the_model_flops_and_every_site() {
+        let s = shape("llama-3-8b", 4, 1, 2048);
+        for st in [Strategy::Sequential, Strategy::Chunked(4), Strategy::Flash] {
+            let p = build(&s, st, false).unwrap();
+            assert_eq!(p.model_flops, s.layer_model_flops());
+            assert!(!p.has_dataflow());
+            for site in [
+                "fwd.qkv",
+                "fwd.attn",
+                "fwd.proj",
+                "fwd.fc1",
+                "fwd.act",
+                "fwd.fc2",
+                "bwd.fc2.dgrad",
+                "bwd.fc2.wgrad",
+                "bwd.fc1.ag",
+                "bwd.fc1.dgrad",
+                "bwd.fc1.wgrad",
+                "bwd.proj.dgrad",
+                "bwd.attn",
+                "bwd.qkv.ag",
+                "bwd.qkv.dgrad",
+                "bwd.qkv.wgrad",
+            ] {
+                assert!(p.sites.iter().any(|x| x == site), "{st}: {site}");
+            }
+            p.check_deadlock_free().unwrap();
+        }
+    }
+
+    #[test]
+    fn indivisible_shapes_are_named() {
+        let s = shape("llama-3-8b", 3, 1, 3072);
+        let e = check_layer(Strategy::Flash, &s, false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("heads") && e.contains("32"), "{e}");
+        let mut s = shape("llama-3-8b", 8, 1, 1024);
+        s.kv_heads = 3;
+        s.heads = 24;
+        let e = check_layer(Strategy::Flash, &s, false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("kv heads"), "{e}");
+    }
+}

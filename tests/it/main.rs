@@ -3,6 +3,7 @@
 mod bad_input;
 mod cli;
 mod gpu_cli;
+mod layers;
 mod limits;
 mod notebooks;
 mod plot;

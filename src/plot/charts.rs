@@ -58,7 +58,7 @@ impl Val {
     }
 }
 
-const METRICS: [&str; 9] = [
+const METRICS: [&str; 10] = [
     "makespan_us",
     "compute_us",
     "comm_us",
@@ -68,13 +68,14 @@ const METRICS: [&str; 9] = [
     "mfu_ratio",
     "speedup_vs_sequential_x",
     "events",
+    "tokens_per_s",
 ];
 
 /// Metrics where more is better (the rest: less is better).
 fn higher_is_better(m: &str) -> bool {
     matches!(
         m,
-        "overlap_efficiency_ratio" | "mfu_ratio" | "speedup_vs_sequential_x"
+        "overlap_efficiency_ratio" | "mfu_ratio" | "speedup_vs_sequential_x" | "tokens_per_s"
     )
 }
 
@@ -98,6 +99,7 @@ fn value(r: &Row, name: &str) -> Option<Val> {
             "mfu_ratio" => m.mfu_ratio,
             "speedup_vs_sequential_x" => Some(m.speedup_vs_sequential_x),
             "events" => Some(m.events as f64),
+            "tokens_per_s" => Some(m.tokens_per_s),
             _ => None,
         };
         if let Some(x) = x {

@@ -98,6 +98,23 @@ pub struct ResultRow {
     pub critical_rank: u32,
     pub ops: usize,
     pub events: u64,
+    /// Tokens the scenario processes (all micro-batches) per second of makespan.
+    pub tokens_per_s: f64,
+    /// The critical rank's time per collective/GEMM site (summed over layers), in the
+    /// order the sites first run.
+    pub sites: Vec<SiteRow>,
+    /// The same, summed per phase (`fwd`, `bwd`) for layers and steps.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub phases: Vec<SiteRow>,
+}
+
+/// Microseconds of one site (or phase) on the critical rank.
+#[derive(Debug, Clone, Serialize)]
+pub struct SiteRow {
+    pub name: String,
+    pub compute_us: f64,
+    pub comm_us: f64,
+    pub exposed_comm_us: f64,
 }
 
 pub fn summary(sc: &Scenario) -> ScenarioSummary {
@@ -129,11 +146,50 @@ fn ratio(x: f64) -> f64 {
     (x * 1e6).round() / 1e6
 }
 
-pub fn rows(run: &ScenarioRun) -> Vec<ResultRow> {
+fn site_rows(r: &crate::simulate::StrategyRun) -> (Vec<SiteRow>, Vec<SiteRow>) {
+    let sites = crate::timeline::metrics::site_metrics(&r.timeline, r.metrics.critical_rank);
+    let row = |name: &str, c: f64, m: f64, e: f64| SiteRow {
+        name: name.to_string(),
+        compute_us: us(c),
+        comm_us: us(m),
+        exposed_comm_us: us(e),
+    };
+    let mut phases: Vec<SiteRow> = Vec::new();
+    for ph in ["fwd", "bwd"] {
+        let mine: Vec<_> = sites
+            .iter()
+            .filter(|x| x.site.split('.').next() == Some(ph))
+            .collect();
+        if !mine.is_empty() {
+            let (c, m, e) = mine.iter().fold((0.0, 0.0, 0.0), |a, x| {
+                (a.0 + x.compute, a.1 + x.comm, a.2 + x.exposed_comm)
+            });
+            phases.push(row(ph, c, m, e));
+        }
+    }
+    let sites = sites
+        .iter()
+        .map(|x| row(&x.site, x.compute, x.comm, x.exposed_comm))
+        .collect();
+    (sites, phases)
+}
+
+/// Tokens a run processes: batch × seq, times the micro-batches of a step.
+fn tokens_run(sc: &Scenario) -> f64 {
+    let mb = if sc.workload == crate::scenario::Workload::Step {
+        sc.micro_batches
+    } else {
+        1
+    };
+    sc.tokens() as f64 * mb as f64
+}
+
+pub fn rows(sc: &Scenario, run: &ScenarioRun) -> Vec<ResultRow> {
     run.runs
         .iter()
         .map(|r| {
             let m = &r.metrics;
+            let (sites, phases) = site_rows(r);
             ResultRow {
                 strategy: r.strategy.to_string(),
                 makespan_us: us(m.makespan),
@@ -151,6 +207,13 @@ pub fn rows(run: &ScenarioRun) -> Vec<ResultRow> {
                 critical_rank: m.critical_rank,
                 ops: r.plan.op_count(),
                 events: r.events,
+                tokens_per_s: if m.makespan > 0.0 {
+                    ratio(tokens_run(sc) / m.makespan)
+                } else {
+                    0.0
+                },
+                sites,
+                phases,
             }
         })
         .collect()
@@ -161,7 +224,7 @@ pub fn results_file(sc: &Scenario, run: &ScenarioRun) -> ResultsFile {
         format: FORMAT,
         version: VERSION,
         scenario: summary(sc),
-        results: rows(run),
+        results: rows(sc, run),
         variability: variability(run),
     }
 }
@@ -195,7 +258,9 @@ pub fn table(sc: &Scenario, run: &ScenarioRun) -> String {
         "speedup",
         "mfu",
     ];
-    let body: Vec<[String; 7]> = rows(run)
+    let all = rows(sc, run);
+    let body: Vec<[String; 7]> = all
+        .clone()
         .into_iter()
         .map(|r| {
             [
@@ -232,6 +297,38 @@ pub fn table(sc: &Scenario, run: &ScenarioRun) -> String {
     out.push_str(&line(header.to_vec()));
     for row in &body {
         out.push_str(&line(row.iter().map(String::as_str).collect()));
+    }
+    if matches!(
+        sc.workload,
+        crate::scenario::Workload::Layer | crate::scenario::Workload::Step
+    ) {
+        out.push_str(
+            "\ntokens/s and the sites that expose the most communication (critical rank):\n",
+        );
+        for r in &all {
+            let mut top: Vec<&SiteRow> =
+                r.sites.iter().filter(|x| x.exposed_comm_us > 0.0).collect();
+            top.sort_by(|a, b| b.exposed_comm_us.total_cmp(&a.exposed_comm_us));
+            let phase = |p: &str| {
+                r.phases
+                    .iter()
+                    .find(|x| x.name == p)
+                    .map_or(0.0, |x| x.exposed_comm_us)
+            };
+            out.push_str(&format!(
+                "{:<w$}  {:.0} tokens/s; exposed fwd {:.1} us, bwd {:.1} us; {}\n",
+                r.strategy,
+                r.tokens_per_s,
+                phase("fwd"),
+                phase("bwd"),
+                top.iter()
+                    .take(4)
+                    .map(|x| format!("{} {:.1} us", x.name, x.exposed_comm_us))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                w = w[0]
+            ));
+        }
     }
     if let Some(v) = variability(run) {
         out.push_str(&format!(

@@ -78,6 +78,7 @@ pub struct RowMetrics {
     pub critical_rank: u32,
     pub ops: u64,
     pub events: u64,
+    pub tokens_per_s: f64,
 }
 
 impl From<&report::ResultRow> for RowMetrics {
@@ -94,6 +95,7 @@ impl From<&report::ResultRow> for RowMetrics {
             critical_rank: r.critical_rank,
             ops: r.ops as u64,
             events: r.events,
+            tokens_per_s: r.tokens_per_s,
         }
     }
 }
@@ -246,7 +248,7 @@ pub fn run_point(grid: &Grid, p: u64, opts: &RunOptions) -> Result<Vec<Row>, Swe
             error: errors.iter().find(|(j, _)| *j == k).map(|(_, e)| e.clone()),
         })
         .collect();
-    for (k, r) in index.into_iter().zip(report::rows(&run)) {
+    for (k, r) in index.into_iter().zip(report::rows(&sc, &run)) {
         rows[k].metrics = Some(RowMetrics::from(&r));
     }
     Ok(rows)
@@ -295,7 +297,10 @@ mod tests {
         let rows = run_point(&g, 1, &opts).unwrap();
         let sc = g.scenario(1).unwrap();
         let run = crate::simulate::run_scenario(&sc, &SimOptions::default()).unwrap();
-        let want: Vec<RowMetrics> = report::rows(&run).iter().map(RowMetrics::from).collect();
+        let want: Vec<RowMetrics> = report::rows(&sc, &run)
+            .iter()
+            .map(RowMetrics::from)
+            .collect();
         let got: Vec<RowMetrics> = rows.iter().map(|r| r.metrics.clone().unwrap()).collect();
         assert_eq!(got, want);
         assert_eq!(rows[0].point, 3);

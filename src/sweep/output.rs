@@ -126,7 +126,7 @@ const SHOWN: [&str; 11] = [
     "interference",
 ];
 
-const METRICS: [&str; 12] = [
+const METRICS: [&str; 13] = [
     "makespan_us",
     "compute_us",
     "comm_us",
@@ -138,6 +138,7 @@ const METRICS: [&str; 12] = [
     "critical_rank",
     "ops",
     "events",
+    "tokens_per_s",
     "error",
 ];
 
@@ -205,8 +206,9 @@ pub fn csv(f: &SweepFile) -> String {
                 m.critical_rank.to_string(),
                 m.ops.to_string(),
                 m.events.to_string(),
+                num(m.tokens_per_s),
             ]),
-            None => rec.extend(std::iter::repeat_n(String::new(), 11)),
+            None => rec.extend(std::iter::repeat_n(String::new(), 12)),
         }
         rec.push(r.error.clone().unwrap_or_default());
         w.write_record(&rec).expect("in memory");

@@ -44,7 +44,14 @@ pub fn scenario_toml(data: &[u8]) {
         return;
     }
     if let Ok(sc) = config::scenario_from_file("fuzz.toml", None, f, &Default::default()) {
-        // A valid scenario also builds its plans (plan size is bounded by validation).
+        // A valid scenario also builds its plans. Validation bounds a plan at the op
+        // limit (2·10^8 ops, gigabytes); the fuzzer builds only small ones so that every
+        // input runs in milliseconds (the limit itself is tested in tests/it/limits.rs).
+        let big = sc.workload == crate::scenario::Workload::Step
+            && sc.model.layers.saturating_mul(sc.micro_batches) > 4;
+        if big {
+            return;
+        }
         for &s in &sc.strategies {
             let _ = crate::strategy::build(&sc, sc.workload, s);
         }

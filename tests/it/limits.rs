@@ -69,6 +69,13 @@ fn absurd_inputs_give_results_or_clear_errors() {
         "h100-sxm-8",
         ("gpus = 8", "gpus = 1000000000000"),
     );
+    let deep = d.path().join("deep.toml");
+    std::fs::write(
+        &deep,
+        "name = \"deep\"\nhidden = 4096\nffn = 14336\nheads = 32\nkv_heads = 8\nlayers = 1000000\nvocab = 128256\nactivation = \"swiglu\"\n",
+    )
+    .unwrap();
+    let deep = deep.display().to_string();
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
     let cases: Vec<(&str, Vec<String>, Want)> = vec![
         (
@@ -161,6 +168,19 @@ fn absurd_inputs_give_results_or_clear_errors() {
                 "json",
             ]),
             Want::Ok,
+        ),
+        (
+            "a step of 10^6 layers refused before building",
+            s(&[
+                "simulate",
+                "--workload",
+                "step",
+                "--model",
+                &deep,
+                "--tp",
+                "8",
+            ]),
+            Want::Error(2, "would exceed"),
         ),
         (
             "tokens too large for memory",

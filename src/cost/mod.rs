@@ -42,6 +42,14 @@ pub struct GemmCost {
 /// GEMM's FLOPs. A measured shape predicts its measured time exactly and shapes between
 /// measured ones get a smooth blend. `correction` reports the result as a ratio to the
 /// model's own time.
+/// Peak FLOP/s of `gpu` in `dtype`, or the error that it has none.
+fn peak(gpu: &GpuSpec, dtype: DType) -> Result<f64, CostError> {
+    gpu.peak(dtype).ok_or_else(|| CostError::NoPeak {
+        gpu: gpu.name.clone(),
+        dtype,
+    })
+}
+
 pub fn gemm_cost(
     gpu: &GpuSpec,
     m: u64,
@@ -49,10 +57,7 @@ pub fn gemm_cost(
     k: u64,
     dtype: DType,
 ) -> Result<GemmCost, CostError> {
-    let peak = gpu.peak(dtype).ok_or_else(|| CostError::NoPeak {
-        gpu: gpu.name.clone(),
-        dtype,
-    })?;
+    let peak = peak(gpu, dtype)?;
     let mut c = model_cost(gpu, peak, m, n, k, dtype);
     if c.total > 0.0 && !gpu.gemm.measured.is_empty() {
         c.correction = measured_correction(gpu, peak, m, n, k, dtype);
@@ -78,10 +83,7 @@ pub fn gemm_sm_slowdown(
     dtype: DType,
     sms: u64,
 ) -> Result<f64, CostError> {
-    let peak = gpu.peak(dtype).ok_or_else(|| CostError::NoPeak {
-        gpu: gpu.name.clone(),
-        dtype,
-    })?;
+    let peak = peak(gpu, dtype)?;
     let all = gpu.sm_count.max(1);
     let sms = sms.clamp(1, all);
     if sms == all {
@@ -181,47 +183,53 @@ pub fn attention_pairs(seq_q: u32, seq_kv: u32, causal: bool) -> f64 {
     }
 }
 
-/// FLOPs of a fused attention kernel: forward 4·d per pair and head (S = QKᵀ and O = PV);
-/// backward 2.5× that (dV, dP, dQ, dK plus recomputing S), the FlashAttention-2 count.
-pub fn attention_flops(
-    bh: u64,
-    seq_q: u32,
-    seq_kv: u32,
-    head_dim: u32,
-    causal: bool,
-    backward: bool,
-) -> f64 {
-    let f = 4.0 * head_dim as f64 * attention_pairs(seq_q, seq_kv, causal) * bh as f64;
-    if backward { 2.5 * f } else { f }
+/// One fused (flash) attention kernel over `bh` (batch × local heads) independent heads:
+/// `seq_q` queries against `seq_kv` keys of `head_dim`; with `causal`, the queries are
+/// the last `seq_q` positions and see only keys up to their own. `backward`: the
+/// gradient kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attention {
+    pub bh: u64,
+    pub seq_q: u32,
+    pub seq_kv: u32,
+    pub head_dim: u32,
+    pub causal: bool,
+    pub backward: bool,
+    pub dtype: DType,
 }
 
-/// Time of a fused (flash) attention kernel: its FLOPs at the GEMM efficiency of the
-/// profile (an assumption: FlashAttention-2/3 forward kernels reach about the large-GEMM
-/// rate on Hopper; calibrate), or its HBM traffic — Q, K, V read and O written once
-/// (backward: also dO, dQ, dK, dV), the score matrix never leaving the SMs — whichever is
-/// longer, plus a launch.
-pub fn attention_time(
-    gpu: &GpuSpec,
-    bh: u64,
-    seq_q: u32,
-    seq_kv: u32,
-    head_dim: u32,
-    causal: bool,
-    backward: bool,
-    dtype: DType,
-) -> Result<f64, CostError> {
-    let peak = gpu.peak(dtype).ok_or_else(|| CostError::NoPeak {
-        gpu: gpu.name.clone(),
-        dtype,
-    })?;
-    let flops = attention_flops(bh, seq_q, seq_kv, head_dim, causal, backward);
+impl Attention {
+    /// FLOPs: forward 4·d per pair and head (S = QKᵀ and O = PV); backward 2.5× that
+    /// (dV, dP, dQ, dK plus recomputing S), the FlashAttention-2 count.
+    pub fn flops(&self) -> f64 {
+        let f = 4.0
+            * self.head_dim as f64
+            * attention_pairs(self.seq_q, self.seq_kv, self.causal)
+            * self.bh as f64;
+        if self.backward { 2.5 * f } else { f }
+    }
+
+    /// HBM traffic: Q, K, V read and O written once (backward: also dO, dQ, dK, dV); the
+    /// score matrix never leaves the SMs.
+    pub fn bytes(&self) -> f64 {
+        let elems =
+            self.bh as f64 * self.head_dim as f64 * 2.0 * (self.seq_q as f64 + self.seq_kv as f64);
+        elems * self.dtype.bytes() as f64 * if self.backward { 2.0 } else { 1.0 }
+    }
+}
+
+/// Time of a fused attention kernel: its FLOPs at the GEMM efficiency of the profile (an
+/// assumption: FlashAttention-2/3 kernels reach about the large-GEMM rate on Hopper;
+/// calibrate) or its HBM traffic at the memory-bound GEMM rate, whichever is longer, plus
+/// a launch.
+pub fn attention_time(gpu: &GpuSpec, a: &Attention) -> Result<f64, CostError> {
+    let peak = peak(gpu, a.dtype)?;
+    let flops = a.flops();
     if flops == 0.0 {
         return Ok(0.0);
     }
-    let elems = bh as f64 * head_dim as f64 * 2.0 * (seq_q as f64 + seq_kv as f64);
-    let bytes = elems * dtype.bytes() as f64 * if backward { 2.0 } else { 1.0 };
     let compute = flops / (peak * gpu.gemm.efficiency);
-    let memory = bytes / (gpu.hbm_bandwidth * gpu.gemm.memory_efficiency);
+    let memory = a.bytes() / (gpu.hbm_bandwidth * gpu.gemm.memory_efficiency);
     Ok(gpu.gemm.launch + compute.max(memory))
 }
 

@@ -71,19 +71,8 @@ pub enum OpKind {
         kind: EltKind,
         bytes: u64,
     },
-    /// A fused (flash) attention kernel over `bh` (batch × local heads) independent heads:
-    /// `seq_q` queries against `seq_kv` keys of `head_dim`; with `causal`, the queries
-    /// are the last `seq_q` positions and see only keys up to their own. `backward`: the
-    /// gradient kernel (see [`crate::cost::attention_flops`]).
-    Attention {
-        bh: u64,
-        seq_q: u32,
-        seq_kv: u32,
-        head_dim: u32,
-        causal: bool,
-        backward: bool,
-        dtype: DType,
-    },
+    /// A fused (flash) attention kernel (see [`crate::cost::Attention`]).
+    Attention(crate::cost::Attention),
     /// A device-local copy of `bytes` (read + write).
     Copy {
         bytes: u64,
@@ -148,7 +137,7 @@ impl OpClass {
 impl OpKind {
     pub fn class(&self) -> OpClass {
         match self {
-            OpKind::Gemm { .. } | OpKind::Attention { .. } => OpClass::Gemm,
+            OpKind::Gemm { .. } | OpKind::Attention(_) => OpClass::Gemm,
             OpKind::Elementwise {
                 kind: EltKind::Add, ..
             } => OpClass::Add,
@@ -165,7 +154,7 @@ impl OpKind {
     /// Payload bytes the op moves (0 for GEMMs).
     pub fn bytes(&self) -> u64 {
         match *self {
-            OpKind::Gemm { .. } | OpKind::Attention { .. } => 0,
+            OpKind::Gemm { .. } | OpKind::Attention(_) => 0,
             OpKind::Elementwise { bytes, .. }
             | OpKind::Copy { bytes }
             | OpKind::Send { bytes, .. }
@@ -176,15 +165,7 @@ impl OpKind {
     pub fn flops(&self) -> f64 {
         match *self {
             OpKind::Gemm { m, n, k, .. } => crate::cost::gemm_flops(m, n, k),
-            OpKind::Attention {
-                bh,
-                seq_q,
-                seq_kv,
-                head_dim,
-                causal,
-                backward,
-                ..
-            } => crate::cost::attention_flops(bh, seq_q, seq_kv, head_dim, causal, backward),
+            OpKind::Attention(a) => a.flops(),
             _ => 0.0,
         }
     }

@@ -213,8 +213,8 @@ impl Ctx<'_> {
     ) -> Result<PerRank, StrategyError> {
         let site = self.b.site(site);
         let mut out = Vec::with_capacity(self.n());
-        for r in 0..self.n() {
-            let d: Vec<OpId> = after[r].into_iter().collect();
+        for (r, a) in after.iter().enumerate() {
+            let d: Vec<OpId> = a.iter().copied().collect();
             out.push(Some(self.b.single(
                 self.st.compute[r],
                 kind,
@@ -260,7 +260,7 @@ impl Ctx<'_> {
         after: &PerRank,
     ) -> Result<PerRank, StrategyError> {
         let s = self.s;
-        let kind = OpKind::Attention {
+        let kind = OpKind::Attention(crate::cost::Attention {
             bh: s.batch * s.heads / s.ranks as u64,
             seq_q: s.seq.min(u32::MAX as u64) as u32,
             seq_kv: s.seq.min(u32::MAX as u64) as u32,
@@ -268,7 +268,7 @@ impl Ctx<'_> {
             causal: true,
             backward,
             dtype: s.dtype,
-        };
+        });
         self.each(site, kind, after)
     }
 
@@ -281,8 +281,8 @@ impl Ctx<'_> {
             self.s.tokens(),
             vec![0; self.n()],
         );
-        for r in 0..self.n() {
-            bl.ready[r] = vec![after[r]; nb];
+        for (r, a) in after.iter().enumerate() {
+            bl.ready[r] = vec![*a; nb];
         }
         bl
     }

@@ -19,25 +19,16 @@ fn critical_path(plan: &Plan, gpu: &GpuSpec, transfer: impl Fn(u64) -> f64) -> f
     let nl = plan.launch_count();
     let mut prev = vec![None; nl];
     let mut last_on_stream = vec![None; plan.streams.len()];
-    for l in 0..nl {
+    for (l, p) in prev.iter_mut().enumerate() {
         let ops = plan.launch_ops(l as u32);
         let s = plan.ops[ops[0] as usize].stream as usize;
-        prev[l] = last_on_stream[s];
+        *p = last_on_stream[s];
         last_on_stream[s] = Some(l);
     }
     let dur = |op: usize| -> f64 {
         match plan.ops[op].kind {
             OpKind::Gemm { m, n, k, dtype } => cost::gemm_time(gpu, m, n, k, dtype).unwrap(),
-            OpKind::Attention {
-                bh,
-                seq_q,
-                seq_kv,
-                head_dim,
-                causal,
-                backward,
-                dtype,
-            } => cost::attention_time(gpu, bh, seq_q, seq_kv, head_dim, causal, backward, dtype)
-                .unwrap(),
+            OpKind::Attention(a) => cost::attention_time(gpu, &a).unwrap(),
             OpKind::Elementwise { bytes, .. } => cost::elementwise_time(gpu, bytes),
             OpKind::Copy { bytes } => cost::elementwise_time(gpu, bytes * 2),
             OpKind::Send { .. } | OpKind::Recv { .. } => 0.0,

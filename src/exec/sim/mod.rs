@@ -303,17 +303,7 @@ impl<'p> Engine<'p> {
                         }
                     }
                 }
-                OpKind::Attention {
-                    bh,
-                    seq_q,
-                    seq_kv,
-                    head_dim,
-                    causal,
-                    backward,
-                    dtype,
-                } => {
-                    cost::attention_time(gpu, bh, seq_q, seq_kv, head_dim, causal, backward, dtype)?
-                }
+                OpKind::Attention(a) => cost::attention_time(gpu, &a)?,
                 OpKind::Elementwise { bytes, .. } => cost::elementwise_time(gpu, bytes),
                 OpKind::Copy { bytes } => cost::elementwise_time(gpu, bytes.saturating_mul(2)),
                 OpKind::Send { .. } | OpKind::Recv { .. } => COMM,

@@ -396,6 +396,10 @@ pub enum Strategy {
     Chunked(u32),
     /// Flash-AG / Flash-RS: decomposed P2P around the ring, rank-adaptive order.
     Flash,
+    /// Direct-to-owner exchanges (TransformerEngine ring-exchange, PyTorch async-TP):
+    /// at step i a rank sends straight to rank r+1+i — its own shard (AG) or the partial
+    /// it just computed for that owner (RS, own slice last, owners accumulate).
+    Direct,
 }
 
 impl Strategy {
@@ -403,6 +407,7 @@ impl Strategy {
         match s.trim() {
             "sequential" => Ok(Strategy::Sequential),
             "flash" => Ok(Strategy::Flash),
+            "direct" => Ok(Strategy::Direct),
             other => {
                 if let Some(k) = other.strip_prefix("chunked:") {
                     match k.parse::<u32>() {
@@ -415,7 +420,7 @@ impl Strategy {
                     Err("`chunked` needs a chunk count, e.g. chunked:4".into())
                 } else {
                     Err(format!(
-                        "unknown strategy `{other}` (known: sequential, chunked:K, flash)"
+                        "unknown strategy `{other}` (known: sequential, chunked:K, flash, direct)"
                     ))
                 }
             }
@@ -429,6 +434,7 @@ impl fmt::Display for Strategy {
             Strategy::Sequential => f.write_str("sequential"),
             Strategy::Chunked(k) => write!(f, "chunked:{k}"),
             Strategy::Flash => f.write_str("flash"),
+            Strategy::Direct => f.write_str("direct"),
         }
     }
 }

@@ -62,7 +62,7 @@ pub fn block_region(strategy: Strategy, ranks: u32, tokens: u64, j: u64) -> Regi
     let n = ranks as u64;
     let shard = tokens / n;
     match strategy {
-        Strategy::Flash => Region::rows(0, j * shard, shard),
+        Strategy::Flash | Strategy::Direct => Region::rows(0, j * shard, shard),
         Strategy::Sequential | Strategy::Chunked(_) => {
             let p = shard / blocks(strategy, ranks);
             Region::strided(0, j * p, p * n, ranks, shard)
@@ -133,6 +133,43 @@ fn ring_step(
     let id = b.add(l, recv, &[], recv_tag)?;
     b.set_io(id, OpIo::Recv { dst: io.1 });
     Ok(id)
+}
+
+/// Step `i` of a direct exchange for rank `r`: one group launch on its comm stream of a
+/// send of `piece` bytes to r+1+i (after `send_deps`) and a recv of as many from
+/// r−1−i. `tags[x]` is rank x's send tag for this step. Returns (send, recv).
+#[allow(clippy::too_many_arguments)]
+fn exchange_step(
+    b: &mut PlanBuilder,
+    st: &RankStreams,
+    r: u64,
+    i: u64,
+    piece: u64,
+    tags: &[u64],
+    send_deps: &[OpId],
+    send_tag: OpTag,
+    recv_tag: OpTag,
+    io: (Region, Region),
+) -> Result<(OpId, OpId), StrategyError> {
+    let n = tags.len() as u64;
+    let (to, from) = ((r + 1 + i) % n, (r + 2 * n - 1 - i) % n);
+    let l = b.launch(st.comm[r as usize]);
+    let send = OpKind::Send {
+        peer: to as u32,
+        bytes: piece,
+        tag: tags[r as usize],
+    };
+    let s = b.add(l, send, send_deps, send_tag)?;
+    b.set_io(s, OpIo::Send { src: io.0 });
+    let recv = OpKind::Recv {
+        peer: from as u32,
+        bytes: piece,
+        tag: tags[from as usize],
+        accumulate: false,
+    };
+    let id = b.add(l, recv, &[], recv_tag)?;
+    b.set_io(id, OpIo::Recv { dst: io.1 });
+    Ok((s, id))
 }
 
 /// A ring all-gather (`accumulate = false`) or reduce-scatter (`true`) of `piece` bytes
@@ -275,6 +312,44 @@ pub fn ag_gemm(
                         &deps(g.or(after[r])),
                         tag(site, i, i),
                     )?);
+                }
+            }
+        }
+        Strategy::Direct => {
+            // Direct AG: step k computes slice (r − k) mod N (the own shard first) while
+            // every rank sends its own shard straight to r+1+k and receives the shard of
+            // r−1−k, which step k+1 computes.
+            let piece = rows * s.hidden * s.dtype.bytes();
+            let mut got: Vec<Vec<Option<OpId>>> = vec![vec![None; n as usize]; n as usize];
+            for k in 0..n.saturating_sub(1) {
+                let tags: Vec<u64> = (0..n).map(|_| b.msg_tag()).collect();
+                for r in 0..n {
+                    let from = (r + 2 * n - 1 - k) % n;
+                    let xr = x[r as usize];
+                    let (_, id) = exchange_step(
+                        b,
+                        st,
+                        r,
+                        k,
+                        piece,
+                        &tags,
+                        &deps(after[r as usize]),
+                        tag(site, k, r),
+                        tag(site, k, from),
+                        (
+                            Region::rows(xr, r * shard, shard),
+                            Region::rows(xr, from * shard, shard),
+                        ),
+                    )?;
+                    got[r as usize][from as usize] = Some(id);
+                }
+            }
+            for r in 0..n {
+                for k in 0..n {
+                    let j = (r + n - k) % n;
+                    let d = deps(got[r as usize][j as usize].or(after[r as usize]));
+                    out.ready[r as usize][j as usize] =
+                        Some(gemm_op(b, r as usize, j as usize, &d, tag(site, k, j))?);
                 }
             }
         }
@@ -462,6 +537,100 @@ pub fn gemm_rs(
                 }
             }
             Ok((p, last))
+        }
+        Strategy::Direct => {
+            // Direct-to-owner RS: step i computes the partial for owner (r + 1 + i) mod N
+            // (own slice last) and sends it straight there; the partial from r−1−i
+            // lands in slot r−1−i of `r_<site>`. After the exchanges the owner adds the
+            // received partials into the first one's slot, then into its own partial.
+            // Closed form (no contention, interference off; c a partial GEMM, p one
+            // message, a one slice add): exchange i starts when partial i is done and
+            // exchange i−1 has ended, so the last ends at E = max((N−1)·c + p,
+            // c + (N−1)·p); the N−2 accumulating adds follow it on the comm stream and
+            // the final add waits for the own partial: max(N·c, E + (N−2)·a) + a.
+            let piece = rows * s.hidden * s.dtype.bytes();
+            let add = OpKind::Elementwise {
+                kind: EltKind::Add,
+                bytes: crate::cost::add_traffic(piece),
+            };
+            let recv_buf = per_rank(
+                b,
+                &format!("r_{site_name}"),
+                s.tokens,
+                s.hidden,
+                s.dtype,
+                |_| BufInit::Poison,
+            );
+            let at = |buf: BufId, j: u64| Region::rows(buf, j * shard, shard);
+            let owner = |r: u64, i: u64| (r + 1 + i) % n;
+            let mut partial = vec![vec![0 as OpId; n as usize]; n as usize];
+            for r in 0..n {
+                for i in 0..n {
+                    let j = owner(r, i);
+                    partial[r as usize][i as usize] =
+                        gemm_op(b, r as usize, j as usize, tag(site, i, j))?;
+                }
+            }
+            let mut recvs = vec![Vec::new(); n as usize];
+            for i in 0..n.saturating_sub(1) {
+                let tags: Vec<u64> = (0..n).map(|_| b.msg_tag()).collect();
+                for r in 0..n {
+                    let ru = r as usize;
+                    let from = (r + 2 * n - 1 - i) % n;
+                    let (_, id) = exchange_step(
+                        b,
+                        st,
+                        r,
+                        i,
+                        piece,
+                        &tags,
+                        &[partial[ru][i as usize]],
+                        tag(site, i, owner(r, i)),
+                        tag(site, i, from),
+                        (at(p[ru], owner(r, i)), at(recv_buf[ru], from)),
+                    )?;
+                    recvs[ru].push((id, from));
+                }
+            }
+            let mut done = Vec::with_capacity(n as usize);
+            for r in 0..n as usize {
+                let own = partial[r][n as usize - 1];
+                let mut acc: Option<(OpId, u64)> = None;
+                for &(id, from) in &recvs[r] {
+                    acc = Some(match acc {
+                        None => (id, from),
+                        Some((prev, slot)) => {
+                            let a = b.single(st.comm[r], add, &[prev, id], tag(site, n, slot))?;
+                            b.set_io(
+                                a,
+                                OpIo::Add {
+                                    out: at(recv_buf[r], slot),
+                                    x: at(recv_buf[r], slot),
+                                    y: at(recv_buf[r], from),
+                                },
+                            );
+                            (a, slot)
+                        }
+                    });
+                }
+                let last = match acc {
+                    None => own,
+                    Some((prev, slot)) => {
+                        let a = b.single(st.comm[r], add, &[prev, own], tag(site, n, r as u64))?;
+                        b.set_io(
+                            a,
+                            OpIo::Add {
+                                out: at(p[r], r as u64),
+                                x: at(p[r], r as u64),
+                                y: at(recv_buf[r], slot),
+                            },
+                        );
+                        a
+                    }
+                };
+                done.push(Some(last));
+            }
+            Ok((p, done))
         }
         Strategy::Flash => {
             // Flash-RS: step k computes the partial of slice (r − 1 − k) mod N, so the own

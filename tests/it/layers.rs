@@ -105,11 +105,12 @@ fn scenario(workload: Workload, gbps: f64, free_compute: bool) -> Scenario {
     sc
 }
 
-const STRATEGIES: [Strategy; 4] = [
+const STRATEGIES: [Strategy; 5] = [
     Strategy::Sequential,
     Strategy::Chunked(2),
     Strategy::Chunked(4),
     Strategy::Flash,
+    Strategy::Direct,
 ];
 
 fn opts() -> SimOptions {

@@ -33,6 +33,7 @@ fn strategies() -> impl Gen<Value = Strategy> {
         Just(Strategy::Sequential),
         (1u32..=4).prop_map(|k| Strategy::Chunked(1 << (k - 1))),
         Just(Strategy::Flash),
+        Just(Strategy::Direct),
     ]
 }
 

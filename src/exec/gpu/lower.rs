@@ -555,7 +555,12 @@ mod tests {
         sc.batch = 1;
         sc.seq = 1024;
         for w in [Workload::AgGemm, Workload::GemmRs, Workload::Mlp] {
-            for s in [Strategy::Sequential, Strategy::Chunked(2), Strategy::Flash] {
+            for s in [
+                Strategy::Sequential,
+                Strategy::Chunked(2),
+                Strategy::Flash,
+                Strategy::Direct,
+            ] {
                 let plan = crate::strategy::build(&sc, w, s).unwrap();
                 for (devices, transport) in [
                     (1, Transport::CopyEngine),

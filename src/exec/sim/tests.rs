@@ -221,6 +221,63 @@ fn flash_rs_matches_method_in_both_regimes() {
     }
 }
 
+/// Direct-to-owner RS (derivation beside its builder in `strategy/sites.rs`) and direct AG,
+/// whose exchanges need nothing computed and so run back to back: the GEMM of the slice
+/// received at step k−1 starts at max(k·c, k·p), giving max(N·c, c + (N−1)·p), the
+/// Flash-AG figure. On NVSwitch every step's N messages use distinct ports.
+#[test]
+fn direct_matches_its_closed_forms() {
+    for gbps in [1000.0, 20.0] {
+        for tp in [2, 4, 8] {
+            let sc = scenario(tp, gbps, Workload::GemmRs);
+            let s = shape(&sc);
+            let g = &sc.hardware.gpu;
+            let n = s.n as f64;
+            let c = gemm_time(g, s.m / s.n, s.h, s.f / s.n, sc.dtype).unwrap();
+            let slice = s.m / s.n * s.h * s.bytes;
+            let p = alpha(&sc) + slice as f64 / bw(&sc);
+            let a = elementwise_time(g, add_traffic(slice));
+            let e = ((n - 1.0) * c + p).max(c + (n - 1.0) * p);
+            let want = (n * c).max(e + (n - 2.0) * a) + a;
+            close(
+                makespan(&sc, Strategy::Direct).0,
+                want,
+                &format!("direct RS tp={tp} {gbps} GB/s"),
+            );
+
+            let sc = scenario(tp, gbps, Workload::AgGemm);
+            let c = gemm_time(g, s.m / s.n, s.f1 / s.n, s.h, sc.dtype).unwrap();
+            let want = (n * c).max(c + (n - 1.0) * p);
+            close(
+                makespan(&sc, Strategy::Direct).0,
+                want,
+                &format!("direct AG tp={tp} {gbps} GB/s"),
+            );
+            // On NVSwitch direct and Flash-AG take the same time.
+            close(makespan(&sc, Strategy::Flash).0, want, "flash AG");
+        }
+    }
+}
+
+/// On a plain ring the distance-d messages of direct cross d links and share them, so
+/// direct RS is slower than Flash-RS's neighbour hops when communication dominates.
+#[test]
+fn direct_pays_for_distance_on_a_ring() {
+    let mut sc = scenario(8, 20.0, Workload::GemmRs);
+    sc.hardware.topology = Topology::ring(
+        "r",
+        8,
+        LinkSpec {
+            bandwidth: 20e9,
+            latency: 0.5e-6,
+        },
+    )
+    .unwrap();
+    let (d, _) = makespan(&sc, Strategy::Direct);
+    let (f, _) = makespan(&sc, Strategy::Flash);
+    assert!(d > f, "direct {d} vs flash {f}");
+}
+
 #[test]
 fn default_scenario_ordering_and_exposure() {
     // Without interference flash hides all but the last hop; with it (the default) the

@@ -400,6 +400,10 @@ pub enum Strategy {
     /// at step i a rank sends straight to rank r+1+i — its own shard (AG) or the partial
     /// it just computed for that owner (RS, own slice last, owners accumulate).
     Direct,
+    /// The collective-permute loop of Wang et al. (ASPLOS 2023): the Flash schedules'
+    /// ring steps, but each step is a loop iteration with a barrier — a step's permute
+    /// and compute both wait for the previous step's.
+    PermuteLoop,
 }
 
 impl Strategy {
@@ -408,6 +412,7 @@ impl Strategy {
             "sequential" => Ok(Strategy::Sequential),
             "flash" => Ok(Strategy::Flash),
             "direct" => Ok(Strategy::Direct),
+            "permute-loop" => Ok(Strategy::PermuteLoop),
             other => {
                 if let Some(k) = other.strip_prefix("chunked:") {
                     match k.parse::<u32>() {
@@ -420,7 +425,7 @@ impl Strategy {
                     Err("`chunked` needs a chunk count, e.g. chunked:4".into())
                 } else {
                     Err(format!(
-                        "unknown strategy `{other}` (known: sequential, chunked:K, flash, direct)"
+                        "unknown strategy `{other}` (known: sequential, chunked:K, flash, direct, permute-loop)"
                     ))
                 }
             }
@@ -435,6 +440,7 @@ impl fmt::Display for Strategy {
             Strategy::Chunked(k) => write!(f, "chunked:{k}"),
             Strategy::Flash => f.write_str("flash"),
             Strategy::Direct => f.write_str("direct"),
+            Strategy::PermuteLoop => f.write_str("permute-loop"),
         }
     }
 }

@@ -62,7 +62,9 @@ pub fn block_region(strategy: Strategy, ranks: u32, tokens: u64, j: u64) -> Regi
     let n = ranks as u64;
     let shard = tokens / n;
     match strategy {
-        Strategy::Flash | Strategy::Direct => Region::rows(0, j * shard, shard),
+        Strategy::Flash | Strategy::Direct | Strategy::PermuteLoop => {
+            Region::rows(0, j * shard, shard)
+        }
         Strategy::Sequential | Strategy::Chunked(_) => {
             let p = shard / blocks(strategy, ranks);
             Region::strided(0, j * p, p * n, ranks, shard)
@@ -315,6 +317,54 @@ pub fn ag_gemm(
                 }
             }
         }
+        Strategy::PermuteLoop => {
+            // Permute loop AG, iteration k: compute slice (r − k) mod N while permuting it
+            // to r+1 (receiving the next from r−1); iteration k+1 starts when both are
+            // done (the loop's barrier). Closed form: (N−1)·max(c, p) + c.
+            let piece = rows * s.hidden * s.dtype.bytes();
+            let mut prev_gemm: Vec<Option<OpId>> = after.to_vec();
+            let mut prev_recv: Vec<Option<OpId>> = vec![None; n as usize];
+            for k in 0..n {
+                let tags: Vec<u64> = (0..n).map(|_| b.msg_tag()).collect();
+                let mut gemms = vec![None; n as usize];
+                for r in 0..n {
+                    let ru = r as usize;
+                    let j = (r + n - k % n) % n;
+                    let d = deps(prev_recv[ru].or(after[ru]));
+                    let g = gemm_op(b, ru, j as usize, &d, tag(site, k, j))?;
+                    out.ready[ru][j as usize] = Some(g);
+                    gemms[ru] = Some(g);
+                }
+                if k + 1 < n {
+                    for r in 0..n {
+                        let ru = r as usize;
+                        let sj = (r + n - k % n) % n;
+                        let rj = (r + 2 * n - k - 1) % n;
+                        let xr = x[ru];
+                        // The barrier: this permute waits for the previous iteration's
+                        // compute (the data it forwards arrived in that iteration).
+                        let first = deps(prev_gemm[ru].or(after[ru]));
+                        prev_recv[ru] = Some(ring_step(
+                            b,
+                            st,
+                            r,
+                            piece,
+                            &tags,
+                            &first,
+                            tag(site, k, sj),
+                            tag(site, k, rj),
+                            false,
+                            (
+                                Region::rows(xr, sj * shard, shard),
+                                Region::rows(xr, rj * shard, shard),
+                            ),
+                            false,
+                        )?);
+                    }
+                }
+                prev_gemm = gemms;
+            }
+        }
         Strategy::Direct => {
             // Direct AG: step k computes slice (r − k) mod N (the own shard first) while
             // every rank sends its own shard straight to r+1+k and receives the shard of
@@ -537,6 +587,84 @@ pub fn gemm_rs(
                 }
             }
             Ok((p, last))
+        }
+        Strategy::PermuteLoop => {
+            // Permute loop RS (Flash-RS's slices and ring, with a barrier per iteration):
+            // iteration k ≥ 1 permutes the running sum to r+1 while computing the next
+            // partial, then adds the sum received from r−1; iteration k+1 waits for that
+            // add. Closed form: c + (N−1)·(max(c, p) + a).
+            let piece = rows * s.hidden * s.dtype.bytes();
+            let add = OpKind::Elementwise {
+                kind: EltKind::Add,
+                bytes: crate::cost::add_traffic(piece),
+            };
+            let recv_buf = per_rank(
+                b,
+                &format!("r_{site_name}"),
+                s.tokens,
+                s.hidden,
+                s.dtype,
+                |_| BufInit::Poison,
+            );
+            let slice = |r: u64, k: u64| (r + 2 * n - 1 - k % n) % n;
+            let at = |buf: BufId, j: u64| Region::rows(buf, j * shard, shard);
+            let mut carry: Vec<OpId> = Vec::with_capacity(n as usize);
+            for r in 0..n {
+                carry.push(gemm_op(
+                    b,
+                    r as usize,
+                    slice(r, 0) as usize,
+                    tag(site, 0, slice(r, 0)),
+                )?);
+            }
+            for k in 0..n.saturating_sub(1) {
+                let tags: Vec<u64> = (0..n).map(|_| b.msg_tag()).collect();
+                let mut recvs = Vec::with_capacity(n as usize);
+                for r in 0..n {
+                    let ru = r as usize;
+                    recvs.push(ring_step(
+                        b,
+                        st,
+                        r,
+                        piece,
+                        &tags,
+                        &[carry[ru]],
+                        tag(site, k, slice(r, k)),
+                        tag(site, k + 1, slice(r, k + 1)),
+                        false,
+                        (at(p[ru], slice(r, k)), at(recv_buf[ru], slice(r, k + 1))),
+                        false,
+                    )?);
+                }
+                for r in 0..n as usize {
+                    let j = slice(r as u64, k + 1);
+                    // The barrier: this iteration's compute waits for the last one's add.
+                    let g = {
+                        let mut d = deps(input.ready[r][j as usize]);
+                        d.push(carry[r]);
+                        let id = b.single(st.compute[r], gemm, &d, tag(site, k + 1, j))?;
+                        b.set_io(
+                            id,
+                            OpIo::Gemm {
+                                a: input.region(r, j as usize),
+                                b: w[r],
+                                c: input.rows[j as usize].on(p[r]),
+                            },
+                        );
+                        id
+                    };
+                    carry[r] = b.single(st.comm[r], add, &[g, recvs[r]], tag(site, k + 1, j))?;
+                    b.set_io(
+                        carry[r],
+                        OpIo::Add {
+                            out: at(p[r], j),
+                            x: at(p[r], j),
+                            y: at(recv_buf[r], j),
+                        },
+                    );
+                }
+            }
+            Ok((p, carry.into_iter().map(Some).collect()))
         }
         Strategy::Direct => {
             // Direct-to-owner RS: step i computes the partial for owner (r + 1 + i) mod N

@@ -105,12 +105,13 @@ fn scenario(workload: Workload, gbps: f64, free_compute: bool) -> Scenario {
     sc
 }
 
-const STRATEGIES: [Strategy; 5] = [
+const STRATEGIES: [Strategy; 6] = [
     Strategy::Sequential,
     Strategy::Chunked(2),
     Strategy::Chunked(4),
     Strategy::Flash,
     Strategy::Direct,
+    Strategy::PermuteLoop,
 ];
 
 fn opts() -> SimOptions {

@@ -34,6 +34,7 @@ fn strategies() -> impl Gen<Value = Strategy> {
         (1u32..=4).prop_map(|k| Strategy::Chunked(1 << (k - 1))),
         Just(Strategy::Flash),
         Just(Strategy::Direct),
+        Just(Strategy::PermuteLoop),
     ]
 }
 

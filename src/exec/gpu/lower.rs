@@ -560,6 +560,7 @@ mod tests {
                 Strategy::Chunked(2),
                 Strategy::Flash,
                 Strategy::Direct,
+                Strategy::PermuteLoop,
             ] {
                 let plan = crate::strategy::build(&sc, w, s).unwrap();
                 for (devices, transport) in [

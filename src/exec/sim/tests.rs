@@ -259,6 +259,35 @@ fn direct_matches_its_closed_forms() {
     }
 }
 
+/// The permute loop's closed forms (derived beside its builders): AG (N−1)·max(c, p) + c,
+/// RS c + (N−1)·(max(c, p) + a); never faster than Flash, which has no barrier.
+#[test]
+fn permute_loop_matches_its_closed_forms() {
+    for gbps in [1000.0, 20.0] {
+        for tp in [2, 4, 8] {
+            let sc = scenario(tp, gbps, Workload::GemmRs);
+            let s = shape(&sc);
+            let g = &sc.hardware.gpu;
+            let n = s.n as f64;
+            let slice = s.m / s.n * s.h * s.bytes;
+            let p = alpha(&sc) + slice as f64 / bw(&sc);
+            let a = elementwise_time(g, add_traffic(slice));
+            let c = gemm_time(g, s.m / s.n, s.h, s.f / s.n, sc.dtype).unwrap();
+            let want = c + (n - 1.0) * (c.max(p) + a);
+            let (t, _) = makespan(&sc, Strategy::PermuteLoop);
+            close(t, want, &format!("permute-loop RS tp={tp} {gbps} GB/s"));
+            assert!(t >= makespan(&sc, Strategy::Flash).0 * (1.0 - 1e-12));
+
+            let sc = scenario(tp, gbps, Workload::AgGemm);
+            let c = gemm_time(g, s.m / s.n, s.f1 / s.n, s.h, sc.dtype).unwrap();
+            let want = (n - 1.0) * c.max(p) + c;
+            let (t, _) = makespan(&sc, Strategy::PermuteLoop);
+            close(t, want, &format!("permute-loop AG tp={tp} {gbps} GB/s"));
+            assert!(t >= makespan(&sc, Strategy::Flash).0 * (1.0 - 1e-12));
+        }
+    }
+}
+
 /// On a plain ring the distance-d messages of direct cross d links and share them, so
 /// direct RS is slower than Flash-RS's neighbour hops when communication dominates.
 #[test]

@@ -459,6 +459,10 @@ pub struct Scenario {
     pub dtype: DType,
     pub workload: Workload,
     pub strategies: Vec<Strategy>,
+    /// Per-site strategies of a layer or step, overriding each run's strategy there:
+    /// keys `qkv`, `proj`, `fc1`, `fc2`, `head` (both phases), or with a phase,
+    /// `fwd.fc2`, `bwd.fc1` (see [`crate::strategy::layer::SITE_KEYS`]).
+    pub site_strategies: std::collections::BTreeMap<String, Strategy>,
     /// How transfers move (decides whether they take SMs).
     pub transport: Transport,
     /// Model the slowdown of compute beside communication (when the profile has

@@ -171,23 +171,31 @@ pub fn sample_scenario(
     })
 }
 
+/// The speed-up baseline: the makespan of plain `sequential` (every site sequential, no
+/// per-site overrides), taken from `runs` when one of them is that, else simulated.
+pub fn baseline(sc: &Scenario, runs: &[StrategyRun], opts: &SimOptions) -> Result<f64, RunError> {
+    if sc.site_strategies.is_empty()
+        && let Some(r) = runs.iter().find(|r| r.strategy == Strategy::Sequential)
+    {
+        return Ok(r.metrics.makespan);
+    }
+    let mut plain = sc.clone();
+    plain.site_strategies.clear();
+    let quiet = SimOptions {
+        record_links: false,
+        ..opts.clone()
+    };
+    Ok(run_strategy(&plain, Strategy::Sequential, &quiet)?
+        .metrics
+        .makespan)
+}
+
 pub fn run_scenario(sc: &Scenario, opts: &SimOptions) -> Result<ScenarioRun, RunError> {
     let mut runs = Vec::with_capacity(sc.strategies.len());
     for &s in &sc.strategies {
         runs.push(run_strategy(sc, s, opts)?);
     }
-    let sequential_makespan = match runs.iter().find(|r| r.strategy == Strategy::Sequential) {
-        Some(r) => r.metrics.makespan,
-        None => {
-            let quiet = SimOptions {
-                record_links: false,
-                ..opts.clone()
-            };
-            run_strategy(sc, Strategy::Sequential, &quiet)?
-                .metrics
-                .makespan
-        }
-    };
+    let sequential_makespan = baseline(sc, &runs, opts)?;
     Ok(ScenarioRun {
         runs,
         sequential_makespan,

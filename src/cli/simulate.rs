@@ -43,7 +43,12 @@ pub struct Args {
     /// Element type: fp8, bf16, fp16, fp32.
     #[arg(long)]
     pub dtype: Option<String>,
-    /// Strategies to compare, comma-separated: sequential, chunked:K, flash.
+    /// Per-site strategy of a layer or step, `SITE=STRATEGY` (repeatable; sites qkv, proj,
+    /// fc1, fc2, head, or fwd./bwd. one of them), overriding each compared strategy there.
+    #[arg(long = "site", value_name = "SITE=STRATEGY")]
+    pub sites: Vec<String>,
+    /// Strategies to compare, comma-separated: sequential, chunked:K, flash, direct,
+    /// permute-loop.
     #[arg(long = "strategy", value_delimiter = ',')]
     pub strategies: Vec<String>,
     /// How transfers move: `nccl` (send/recv kernels that hold SMs) or `copy` (copy
@@ -197,6 +202,15 @@ pub fn scenario_and_file(
     if a.no_interference {
         f.interference = false;
         set("interference", "--no-interference");
+    }
+    for site in &a.sites {
+        let (k, v) = site.split_once('=').ok_or_else(|| {
+            CliError::input(format!(
+                "--site `{site}`: expected SITE=STRATEGY, e.g. fc2=chunked:4"
+            ))
+        })?;
+        f.sites.insert(k.trim().to_string(), v.trim().to_string());
+        set("sites", "--site");
     }
     if !a.strategies.is_empty() {
         f.strategies = a.strategies.clone();

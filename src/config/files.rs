@@ -243,6 +243,9 @@ pub struct ScenarioFile {
     pub dtype: String,
     pub parallel: ParallelFile,
     pub strategies: Vec<String>,
+    /// `[sites]`: per-site strategies of a layer or step (`fc2 = "chunked:4"`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub sites: std::collections::BTreeMap<String, String>,
     /// Node count of a multi-node (`rail-fat-tree`) hardware profile; default: the
     /// profile's.
     #[serde(default, skip_serializing_if = "Option::is_none")]

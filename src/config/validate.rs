@@ -652,10 +652,58 @@ pub fn scenario_from_file(
     }
     let mut strategies = Vec::new();
     let mut seen = BTreeSet::new();
-    for (i, name) in s.strategies.iter().enumerate() {
-        let st = Strategy::parse(name).map_err(|reason| {
-            ConfigError::invalid(&at("strategies"), &format!("strategies[{i}]"), name, reason)
-        })?;
+    let mut site_strategies = std::collections::BTreeMap::new();
+    for (key, name) in &s.sites {
+        let k = format!("sites.{key}");
+        if !whole {
+            return Err(ConfigError::invalid(
+                &at("sites"),
+                &k,
+                name,
+                format!(
+                    "per-site strategies apply to workloads layer and step, not `{}`",
+                    workload.name()
+                ),
+            ));
+        }
+        if !crate::strategy::layer::SITE_KEYS.contains(&key.as_str()) {
+            return Err(ConfigError::invalid(
+                &at("sites"),
+                &k,
+                name,
+                format!(
+                    "unknown site `{key}` (known: {})",
+                    crate::strategy::layer::SITE_KEYS.join(", ")
+                ),
+            ));
+        }
+        let st = Strategy::parse(name)
+            .map_err(|reason| ConfigError::invalid(&at("sites"), &k, name, reason))?;
+        site_strategies.insert(key.clone(), st);
+    }
+    // The per-site strategies must fit the shapes too: check them with the defaults.
+    let site_list: Vec<(String, String)> = s
+        .sites
+        .iter()
+        .map(|(k, v)| (format!("sites.{k}"), v.clone()))
+        .collect();
+    let listed: Vec<(String, String)> = s
+        .strategies
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (format!("strategies[{i}]"), n.clone()))
+        .chain(site_list)
+        .collect();
+    let n_default = s.strategies.len();
+    for (i, (key, name)) in listed.iter().enumerate() {
+        let name = name.as_str();
+        let blame = if i < n_default {
+            at("strategies")
+        } else {
+            at("sites")
+        };
+        let st = Strategy::parse(name)
+            .map_err(|reason| ConfigError::invalid(&blame, key, name, reason))?;
         let shape = crate::strategy::MlpShape {
             ranks: tp as u32,
             tokens,
@@ -692,10 +740,8 @@ pub fn scenario_from_file(
         } else {
             crate::strategy::check_shape(st, &shape)
         };
-        checked.map_err(|e| {
-            ConfigError::invalid(&at("strategies"), &format!("strategies[{i}]"), name, e)
-        })?;
-        if seen.insert(st) {
+        checked.map_err(|e| ConfigError::invalid(&blame, key, name, e))?;
+        if i < n_default && seen.insert(st) {
             strategies.push(st);
         }
     }
@@ -723,6 +769,7 @@ pub fn scenario_from_file(
         dtype,
         workload,
         strategies,
+        site_strategies,
         transport,
         interference: s.interference,
     })

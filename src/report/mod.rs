@@ -79,6 +79,9 @@ pub struct ScenarioSummary {
     pub tokens: u64,
     pub dtype: String,
     pub transport: String,
+    /// Per-site strategy overrides of a layer or step.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub sites: std::collections::BTreeMap<String, String>,
     /// Whether compute was slowed by communication beside it (the scenario asked for it
     /// and the profile has parameters).
     pub interference: bool,
@@ -129,6 +132,11 @@ pub fn summary(sc: &Scenario) -> ScenarioSummary {
         tokens: sc.tokens(),
         dtype: sc.dtype.name().into(),
         transport: sc.transport.name().into(),
+        sites: sc
+            .site_strategies
+            .iter()
+            .map(|(k, v)| (k.clone(), v.to_string()))
+            .collect(),
         interference: interference_on(sc),
     }
 }
@@ -249,6 +257,17 @@ pub fn table(sc: &Scenario, run: &ScenarioRun) -> String {
         sc.transport,
         if interference_on(sc) { "on" } else { "off" }
     );
+    if !sc.site_strategies.is_empty() {
+        let o: Vec<String> = sc
+            .site_strategies
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        out.push_str(&format!(
+            "sites: {} (every strategy below, there)\n",
+            o.join(", ")
+        ));
+    }
     let header = [
         "strategy",
         "makespan_us",

@@ -30,6 +30,16 @@ use super::sites::{self, Blocks, RankStreams};
 use super::{MlpShape, StrategyError, blocks, check_div};
 use crate::plan::{EltKind, OpId, OpKind, OpTag, Plan, PlanBuilder};
 use crate::scenario::{Activation, DType, Scenario, Strategy};
+use std::collections::BTreeMap;
+
+/// Keys of per-site strategies: a linear's sites in both phases (`qkv`, `proj`, `fc1`,
+/// `fc2`, `head`: its forward AG+GEMM or GEMM+RS and its backward dgrad), or one phase
+/// (`fwd.fc2`, `bwd.fc1`, …). A phase key wins over a unit key, which wins over the run's
+/// strategy.
+pub const SITE_KEYS: [&str; 15] = [
+    "qkv", "proj", "fc1", "fc2", "head", "fwd.qkv", "fwd.proj", "fwd.fc1", "fwd.fc2", "fwd.head",
+    "bwd.qkv", "bwd.proj", "bwd.fc1", "bwd.fc2", "bwd.head",
+];
 
 /// What one tensor-parallel group computes, as its ranks see it.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -182,7 +192,52 @@ struct Ctx<'a> {
     b: PlanBuilder,
     st: RankStreams,
     strategy: Strategy,
+    sites: &'a BTreeMap<String, Strategy>,
     s: &'a LayerShape,
+}
+
+/// Within-shard row range [lo, hi) (in units of 1/(K·N) of a shard, K·N = `den`) and the
+/// shards a token block covers: all of them for sequential/chunked blocks (a strided
+/// piece of every shard), one for the per-rank blocks of flash, direct, permute-loop.
+fn block_extent(st: Strategy, ranks: u64, j: u64, den: u64) -> (u64, u64, Option<u64>) {
+    match st {
+        Strategy::Sequential => (0, den, None),
+        Strategy::Chunked(k) => {
+            let w = den / k as u64;
+            (j * w, (j + 1) * w, None)
+        }
+        Strategy::Flash | Strategy::Direct | Strategy::PermuteLoop => (0, den, Some(j % ranks)),
+    }
+}
+
+/// `bl`, cut into `to`'s blocks instead of `from`'s: a block is ready when every block of
+/// `from` it overlaps is (on each rank those are compute-stream ops, so the latest issued
+/// ends last).
+fn remap(bl: &Blocks, from: Strategy, to: Strategy, ranks: u32, tokens: u64) -> Blocks {
+    if from == to {
+        return bl.clone();
+    }
+    let n = ranks as u64;
+    let (nf, nt) = (blocks(from, ranks), blocks(to, ranks));
+    let den = nf * nt;
+    let mut out = Blocks::inputs_ready(to, ranks, tokens, bl.bufs.clone());
+    for (r, ready) in out.ready.iter_mut().enumerate() {
+        for (jt, slot) in ready.iter_mut().enumerate() {
+            let (tlo, thi, tsh) = block_extent(to, n, jt as u64, den);
+            *slot = (0..nf)
+                .filter(|&jf| {
+                    let (flo, fhi, fsh) = block_extent(from, n, jf, den);
+                    let shards = match (fsh, tsh) {
+                        (Some(a), Some(b)) => a == b,
+                        _ => true,
+                    };
+                    shards && flo < thi && tlo < fhi
+                })
+                .filter_map(|jf| bl.ready[r][jf as usize])
+                .max();
+        }
+    }
+    out
 }
 
 type PerRank = Vec<Option<OpId>>;
@@ -196,6 +251,15 @@ fn tag(site: u16, slice: u64) -> OpTag {
 }
 
 impl Ctx<'_> {
+    /// The strategy of `unit`'s site in `phase` (`fwd`/`bwd`).
+    fn strategy_for(&self, phase: &str, unit: &str) -> Strategy {
+        self.sites
+            .get(&format!("{phase}.{unit}"))
+            .or_else(|| self.sites.get(unit))
+            .copied()
+            .unwrap_or(self.strategy)
+    }
+
     fn n(&self) -> usize {
         self.s.ranks as usize
     }
@@ -272,50 +336,43 @@ impl Ctx<'_> {
         self.each(site, kind, after)
     }
 
-    /// All token blocks of the strategy ready on rank r after `after[r]`.
-    fn ready(&self, after: &PerRank) -> Blocks {
-        let nb = blocks(self.strategy, self.s.ranks) as usize;
-        let mut bl = Blocks::inputs_ready(
-            self.strategy,
-            self.s.ranks,
-            self.s.tokens(),
-            vec![0; self.n()],
-        );
+    /// All token blocks of `strategy` ready on rank r after `after[r]`.
+    fn ready(&self, strategy: Strategy, after: &PerRank) -> Blocks {
+        let nb = blocks(strategy, self.s.ranks) as usize;
+        let mut bl =
+            Blocks::inputs_ready(strategy, self.s.ranks, self.s.tokens(), vec![0; self.n()]);
         for (r, a) in after.iter().enumerate() {
             bl.ready[r] = vec![*a; nb];
         }
         bl
     }
 
-    /// AG + column-parallel GEMM of `width` (over all ranks) with K = `k`.
+    /// AG + column-parallel GEMM of `width` (over all ranks) with K = `k`, under `st`.
     fn ag_gemm(
         &mut self,
+        st: Strategy,
         site: &str,
         k: u64,
         width: u64,
         after: &PerRank,
     ) -> Result<Blocks, StrategyError> {
         let shape = self.s.mlp(k, self.s.ffn);
-        sites::ag_gemm(
-            &mut self.b,
-            &self.st,
-            self.strategy,
-            site,
-            &shape,
-            width,
-            after,
-        )
+        sites::ag_gemm(&mut self.b, &self.st, st, site, &shape, width, after)
     }
 
-    /// Row-parallel GEMM (K = `k_total`/N, width h) + RS of `input`'s blocks.
+    /// Row-parallel GEMM (K = `k_total`/N, width h) + RS under `st` of `input`'s blocks
+    /// (cut by `input_st`).
     fn gemm_rs(
         &mut self,
+        st: Strategy,
         site: &str,
         k_total: u64,
         input: &Blocks,
+        input_st: Strategy,
     ) -> Result<PerRank, StrategyError> {
         let shape = self.s.mlp(self.s.hidden, k_total);
-        Ok(sites::gemm_rs(&mut self.b, &self.st, self.strategy, site, &shape, input)?.1)
+        let input = remap(input, input_st, st, self.s.ranks, self.s.tokens());
+        Ok(sites::gemm_rs(&mut self.b, &self.st, st, site, &shape, &input)?.1)
     }
 
     /// A ring all-gather of every rank's shard of width h (the bulk AG for a wgrad).
@@ -328,57 +385,61 @@ impl Ctx<'_> {
     fn layer_fwd(&mut self, x: &PerRank) -> Result<PerRank, StrategyError> {
         let s = *self.s;
         let h = s.hidden;
+        let (qkv_st, proj_st) = (
+            self.strategy_for("fwd", "qkv"),
+            self.strategy_for("fwd", "proj"),
+        );
+        let (fc1_st, fc2_st) = (
+            self.strategy_for("fwd", "fc1"),
+            self.strategy_for("fwd", "fc2"),
+        );
         let n1 = self.elt("fwd.norm", 2, x)?;
-        let qkv = self.ag_gemm("fwd.qkv", h, s.qkv_width(), &n1)?;
+        let qkv = self.ag_gemm(qkv_st, "fwd.qkv", h, s.qkv_width(), &n1)?;
         let a = self.attention("fwd.attn", false, &last(&qkv))?;
-        let proj = self.gemm_rs("fwd.proj", h, &self.ready(&a))?;
+        let proj_in = self.ready(proj_st, &a);
+        let proj = self.gemm_rs(proj_st, "fwd.proj", h, &proj_in, proj_st)?;
         let r1 = self.elt("fwd.residual", 3, &proj)?;
         let n2 = self.elt("fwd.norm", 2, &r1)?;
-        let fc1 = self.ag_gemm("fwd.fc1", h, s.fc1_width, &n2)?;
+        let fc1 = self.ag_gemm(fc1_st, "fwd.fc1", h, s.fc1_width, &n2)?;
         let shape = s.mlp(h, s.ffn);
-        let act = sites::activation(
-            &mut self.b,
-            &self.st,
-            self.strategy,
-            "fwd.act",
-            &shape,
-            &fc1,
-        )?;
-        let fc2 = self.gemm_rs("fwd.fc2", s.ffn, &act)?;
+        let act = sites::activation(&mut self.b, &self.st, fc1_st, "fwd.act", &shape, &fc1)?;
+        let fc2 = self.gemm_rs(fc2_st, "fwd.fc2", s.ffn, &act, fc1_st)?;
         self.elt("fwd.residual", 3, &fc2)
     }
 
     fn layer_bwd(&mut self, dy: &PerRank) -> Result<PerRank, StrategyError> {
         let s = *self.s;
         let (h, m, n) = (s.hidden, s.tokens(), s.ranks as u64);
+        let (qkv_st, proj_st) = (
+            self.strategy_for("bwd", "qkv"),
+            self.strategy_for("bwd", "proj"),
+        );
+        let (fc1_st, fc2_st) = (
+            self.strategy_for("bwd", "fc1"),
+            self.strategy_for("bwd", "fc2"),
+        );
         // FC2, row-parallel: dgrad = AG(dY) + GEMM; wgrad after it.
-        let fc2 = self.ag_gemm("bwd.fc2.dgrad", h, s.ffn, dy)?;
+        let fc2 = self.ag_gemm(fc2_st, "bwd.fc2.dgrad", h, s.ffn, dy)?;
         let fc2_done = last(&fc2);
         self.gemm("bwd.fc2.wgrad", s.ffn / n, h, m, &fc2_done)?;
         let shape = s.mlp(h, s.ffn);
-        let act = sites::activation(
-            &mut self.b,
-            &self.st,
-            self.strategy,
-            "bwd.act",
-            &shape,
-            &fc2,
-        )?;
+        let act = sites::activation(&mut self.b, &self.st, fc2_st, "bwd.act", &shape, &fc2)?;
         // FC1, column-parallel: the bulk AG of its input for the wgrad goes first on the
         // comm stream, under the dgrad GEMMs; then dgrad = GEMM + RS; then the wgrad.
         let x2 = self.bulk_ag("bwd.fc1.ag", dy)?;
-        let fc1 = self.gemm_rs("bwd.fc1.dgrad", s.fc1_width, &act)?;
+        let fc1 = self.gemm_rs(fc1_st, "bwd.fc1.dgrad", s.fc1_width, &act, fc2_st)?;
         let w_after: PerRank = (0..self.n()).map(|r| later(last(&act)[r], x2[r])).collect();
         self.gemm("bwd.fc1.wgrad", h, s.fc1_width / n, m, &w_after)?;
         let r2 = self.elt("bwd.norm", 3, &fc1)?;
         // Out-projection, row-parallel.
-        let proj = self.ag_gemm("bwd.proj.dgrad", h, h, &r2)?;
+        let proj = self.ag_gemm(proj_st, "bwd.proj.dgrad", h, h, &r2)?;
         let proj_done = last(&proj);
         self.gemm("bwd.proj.wgrad", h / n, h, m, &proj_done)?;
         let a = self.attention("bwd.attn", true, &proj_done)?;
         // QKV, column-parallel, like FC1.
         let x1 = self.bulk_ag("bwd.qkv.ag", &r2)?;
-        let qkv = self.gemm_rs("bwd.qkv.dgrad", s.qkv_width(), &self.ready(&a))?;
+        let qkv_in = self.ready(qkv_st, &a);
+        let qkv = self.gemm_rs(qkv_st, "bwd.qkv.dgrad", s.qkv_width(), &qkv_in, qkv_st)?;
         let w_after: PerRank = (0..self.n()).map(|r| later(a[r], x1[r])).collect();
         self.gemm("bwd.qkv.wgrad", h, s.qkv_width() / n, m, &w_after)?;
         self.elt("bwd.norm", 3, &qkv)
@@ -386,7 +447,8 @@ impl Ctx<'_> {
 
     fn head_fwd(&mut self, x: &PerRank) -> Result<PerRank, StrategyError> {
         let s = *self.s;
-        let y = self.ag_gemm("fwd.head", s.hidden, s.vocab, x)?;
+        let st = self.strategy_for("fwd", "head");
+        let y = self.ag_gemm(st, "fwd.head", s.hidden, s.vocab, x)?;
         // Softmax cross-entropy over the local vocab shard (a few passes over the logits).
         let logits = s.tokens() * s.vocab / s.ranks as u64 * s.dtype.bytes();
         let kind = OpKind::Elementwise {
@@ -399,8 +461,10 @@ impl Ctx<'_> {
     fn head_bwd(&mut self, after: &PerRank) -> Result<PerRank, StrategyError> {
         let s = *self.s;
         let (h, m, n) = (s.hidden, s.tokens(), s.ranks as u64);
+        let st = self.strategy_for("bwd", "head");
         let x = self.bulk_ag("bwd.head.ag", after)?;
-        let dx = self.gemm_rs("bwd.head.dgrad", s.vocab, &self.ready(after))?;
+        let input = self.ready(st, after);
+        let dx = self.gemm_rs(st, "bwd.head.dgrad", s.vocab, &input, st)?;
         let w_after: PerRank = (0..self.n()).map(|r| later(after[r], x[r])).collect();
         self.gemm("bwd.head.wgrad", h, s.vocab / n, m, &w_after)?;
         Ok(dx)
@@ -421,12 +485,25 @@ fn last(bl: &Blocks) -> PerRank {
 }
 
 /// The Plan of one layer forward + backward (`step = false`) or of a training step.
-pub fn build(s: &LayerShape, strategy: Strategy, step: bool) -> Result<Plan, StrategyError> {
-    check_layer(strategy, s, step)?;
-    check_size(strategy, s, step)?;
+pub fn build(
+    s: &LayerShape,
+    strategy: Strategy,
+    sites: &BTreeMap<String, Strategy>,
+    step: bool,
+) -> Result<Plan, StrategyError> {
+    for st in std::iter::once(&strategy).chain(sites.values()) {
+        check_layer(*st, s, step)?;
+        check_size(*st, s, step)?;
+    }
     let mut b = PlanBuilder::new(s.ranks).without_dataflow();
     let st = RankStreams::declare(&mut b);
-    let mut c = Ctx { b, st, strategy, s };
+    let mut c = Ctx {
+        b,
+        st,
+        strategy,
+        sites,
+        s,
+    };
     let mut x: PerRank = vec![None; c.n()];
     if !step {
         x = c.layer_fwd(&x)?;
@@ -500,7 +577,7 @@ mod tests {
     fn the_plan_carries_the_model_flops_and_every_site() {
         let s = shape("llama-3-8b", 4, 1, 2048);
         for st in [Strategy::Sequential, Strategy::Chunked(4), Strategy::Flash] {
-            let p = build(&s, st, false).unwrap();
+            let p = build(&s, st, &BTreeMap::new(), false).unwrap();
             assert_eq!(p.model_flops, s.layer_model_flops());
             assert!(!p.has_dataflow());
             for site in [
@@ -525,6 +602,57 @@ mod tests {
             }
             p.check_deadlock_free().unwrap();
         }
+    }
+
+    #[test]
+    fn remapped_blocks_wait_for_every_block_they_overlap() {
+        use Strategy::*;
+        let bl = |st: Strategy| {
+            let mut b = Blocks::inputs_ready(st, 4, 64, vec![0; 4]);
+            for r in 0..4 {
+                for (j, x) in b.ready[r].iter_mut().enumerate() {
+                    *x = Some((100 * r + j) as OpId);
+                }
+            }
+            b
+        };
+        // chunked:2 → chunked:4: chunk j' lies inside chunk j'/2.
+        let m = remap(&bl(Chunked(2)), Chunked(2), Chunked(4), 4, 64);
+        assert_eq!(m.ready[1], [Some(100), Some(100), Some(101), Some(101)]);
+        // chunked:4 → chunked:2: chunk j covers chunks 2j and 2j+1.
+        let m = remap(&bl(Chunked(4)), Chunked(4), Chunked(2), 4, 64);
+        assert_eq!(m.ready[0], [Some(1), Some(3)]);
+        // Per-rank shards against strided chunks: each overlaps all of the other's.
+        let m = remap(&bl(Flash), Flash, Chunked(2), 4, 64);
+        assert_eq!(m.ready[2], [Some(203), Some(203)]);
+        let m = remap(&bl(Sequential), Sequential, Direct, 4, 64);
+        assert_eq!(m.ready[3], [Some(300); 4]);
+        // Flash and direct cut alike: shard j waits for shard j only.
+        let m = remap(&bl(Flash), Flash, Direct, 4, 64);
+        assert_eq!(m.ready[1], [Some(100), Some(101), Some(102), Some(103)]);
+    }
+
+    #[test]
+    fn per_site_strategies_change_only_their_sites() {
+        let s = shape("llama-3-8b", 4, 1, 2048);
+        let mut sites = BTreeMap::new();
+        let plain = build(&s, Strategy::Flash, &sites, false).unwrap();
+        sites.insert("fc2".to_string(), Strategy::Chunked(4));
+        sites.insert("bwd.qkv".to_string(), Strategy::Sequential);
+        let mixed = build(&s, Strategy::Flash, &sites, false).unwrap();
+        mixed.check_deadlock_free().unwrap();
+        let count = |p: &Plan, site: &str| {
+            let i = p.sites.iter().position(|x| x == site).unwrap() as u16;
+            p.ops.iter().filter(|o| o.tag.site == i).count()
+        };
+        // Unchanged sites keep their ops; overridden ones change.
+        for site in ["fwd.qkv", "fwd.proj", "fwd.fc1", "bwd.proj.dgrad"] {
+            assert_eq!(count(&plain, site), count(&mixed, site), "{site}");
+        }
+        for site in ["fwd.fc2", "bwd.fc2.dgrad", "bwd.qkv.dgrad"] {
+            assert_ne!(count(&plain, site), count(&mixed, site), "{site}");
+        }
+        assert_eq!(plain.model_flops, mixed.model_flops);
     }
 
     #[test]

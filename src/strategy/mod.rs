@@ -101,11 +101,6 @@ pub fn check_shape(strategy: Strategy, s: &MlpShape) -> Result<(), StrategyError
 
 /// Build the Plan of `workload` under `strategy`.
 pub fn build(sc: &Scenario, workload: Workload, strategy: Strategy) -> Result<Plan, StrategyError> {
-    match workload {
-        Workload::Layer => return layer::build(&layer::LayerShape::of(sc), strategy, false),
-        Workload::Step => return layer::build(&layer::LayerShape::of(sc), strategy, true),
-        _ => {}
-    }
     let shape = MlpShape::of(sc);
     check_shape(strategy, &shape)?;
     let mut b = PlanBuilder::new(shape.ranks);
@@ -144,7 +139,11 @@ pub fn build(sc: &Scenario, workload: Workload, strategy: Strategy) -> Result<Pl
             let ready = Blocks::inputs_ready(strategy, shape.ranks, m, a);
             shard_of(sites::gemm_rs(&mut b, &streams, strategy, "fc2", &shape, &ready)?.0)
         }
-        Workload::Layer | Workload::Step => unreachable!("built above"),
+        Workload::Layer | Workload::Step => {
+            let shape = layer::LayerShape::of(sc);
+            let step = workload == Workload::Step;
+            return layer::build(&shape, strategy, &sc.site_strategies, step);
+        }
         Workload::Mlp => {
             b.add_model_flops(crate::cost::gemm_flops(m, shape.fc1_width, h));
             b.add_model_flops(crate::cost::gemm_flops(m, h, shape.ffn));

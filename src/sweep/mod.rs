@@ -16,7 +16,7 @@ pub use output::{SweepFile, csv, json, merge, summary};
 
 use crate::exec::sim::SimOptions;
 use crate::report;
-use crate::scenario::{Scenario, Strategy};
+use crate::scenario::Scenario;
 use serde::{Deserialize, Serialize};
 
 pub const FORMAT: &str = "flashoverlap-sweep";
@@ -219,17 +219,12 @@ pub fn run_point(grid: &Grid, p: u64, opts: &RunOptions) -> Result<Vec<Row>, Swe
     {
         return fail(e.clone(), Some(inputs));
     }
-    let sequential = match runs
-        .iter()
-        .find(|(_, r)| r.strategy == Strategy::Sequential)
-    {
-        Some((_, r)) => r.metrics.makespan,
-        None => match crate::simulate::run_strategy(&sc, Strategy::Sequential, &sim) {
-            Ok(r) => r.metrics.makespan,
-            Err(e) => return fail(format!("the sequential baseline: {e}"), Some(inputs)),
-        },
-    };
     let (index, runs): (Vec<usize>, Vec<_>) = runs.into_iter().unzip();
+    // The same baseline as `simulate` (bit for bit).
+    let sequential = match crate::simulate::baseline(&sc, &runs, &sim) {
+        Ok(t) => t,
+        Err(e) => return fail(format!("the sequential baseline: {e}"), Some(inputs)),
+    };
     let run = crate::simulate::ScenarioRun {
         runs,
         sequential_makespan: sequential,

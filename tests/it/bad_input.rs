@@ -382,6 +382,18 @@ fn cases(d: &Path) -> Vec<Case> {
             says: vec![s("--micro-batches"), s("micro_batches")],
         },
         Case {
+            name: "layer: unknown site in a per-site strategy",
+            args: sim(&["--workload", "layer", "--site", "mlp=flash"]),
+            code: 2,
+            says: vec![s("sites.mlp"), s("unknown site"), s("fc2")],
+        },
+        Case {
+            name: "per-site strategy on a block workload",
+            args: sim(&["--site", "fc2=flash"]),
+            code: 2,
+            says: vec![s("sites.fc2"), s("layer and step")],
+        },
+        Case {
             name: "Hugging Face config.json missing a required field",
             args: sim(&["--model", &hf_missing]),
             code: 2,

@@ -566,6 +566,23 @@ pub fn gemm_rs(
             );
             Ok(id)
         };
+    // The P2P schedules (flash, direct, permute loop) move whole per-rank slices, add
+    // them with slice-sized adds, and land them in a staging buffer `r_<site>`.
+    let piece = rows * s.hidden * s.dtype.bytes();
+    let add = OpKind::Elementwise {
+        kind: EltKind::Add,
+        bytes: crate::cost::add_traffic(piece),
+    };
+    let staging = |b: &mut PlanBuilder| {
+        per_rank(
+            b,
+            &format!("r_{site_name}"),
+            s.tokens,
+            s.hidden,
+            s.dtype,
+            |_| BufInit::Poison,
+        )
+    };
     match strategy {
         Strategy::Sequential | Strategy::Chunked(_) => {
             // Compute-first: multiply chunk i, then reduce-scatter it while chunk i+1 is
@@ -593,19 +610,7 @@ pub fn gemm_rs(
             // iteration k ≥ 1 permutes the running sum to r+1 while computing the next
             // partial, then adds the sum received from r−1; iteration k+1 waits for that
             // add. Closed form: c + (N−1)·(max(c, p) + a).
-            let piece = rows * s.hidden * s.dtype.bytes();
-            let add = OpKind::Elementwise {
-                kind: EltKind::Add,
-                bytes: crate::cost::add_traffic(piece),
-            };
-            let recv_buf = per_rank(
-                b,
-                &format!("r_{site_name}"),
-                s.tokens,
-                s.hidden,
-                s.dtype,
-                |_| BufInit::Poison,
-            );
+            let recv_buf = staging(b);
             let slice = |r: u64, k: u64| (r + 2 * n - 1 - k % n) % n;
             let at = |buf: BufId, j: u64| Region::rows(buf, j * shard, shard);
             let mut carry: Vec<OpId> = Vec::with_capacity(n as usize);
@@ -676,19 +681,7 @@ pub fn gemm_rs(
             // exchange i−1 has ended, so the last ends at E = max((N−1)·c + p,
             // c + (N−1)·p); the N−2 accumulating adds follow it on the comm stream and
             // the final add waits for the own partial: max(N·c, E + (N−2)·a) + a.
-            let piece = rows * s.hidden * s.dtype.bytes();
-            let add = OpKind::Elementwise {
-                kind: EltKind::Add,
-                bytes: crate::cost::add_traffic(piece),
-            };
-            let recv_buf = per_rank(
-                b,
-                &format!("r_{site_name}"),
-                s.tokens,
-                s.hidden,
-                s.dtype,
-                |_| BufInit::Poison,
-            );
+            let recv_buf = staging(b);
             let at = |buf: BufId, j: u64| Region::rows(buf, j * shard, shard);
             let owner = |r: u64, i: u64| (r + 1 + i) % n;
             let mut partial = vec![vec![0 as OpId; n as usize]; n as usize];
@@ -764,19 +757,7 @@ pub fn gemm_rs(
             // Flash-RS: step k computes the partial of slice (r − 1 − k) mod N, so the own
             // slice comes last; the running sum arrives from r−1, gets this rank's partial
             // added, and goes on to r+1. The last sum is this rank's output, never sent.
-            let piece = rows * s.hidden * s.dtype.bytes();
-            let add = OpKind::Elementwise {
-                kind: EltKind::Add,
-                bytes: crate::cost::add_traffic(piece),
-            };
-            let recv_buf = per_rank(
-                b,
-                &format!("r_{site_name}"),
-                s.tokens,
-                s.hidden,
-                s.dtype,
-                |_| BufInit::Poison,
-            );
+            let recv_buf = staging(b);
             let slice = |r: u64, k: u64| (r + 2 * n - 1 - k % n) % n;
             let at = |buf: BufId, j: u64| Region::rows(buf, j * shard, shard);
             let mut partial = vec![vec![0 as OpId; n as usize]; n as usize];

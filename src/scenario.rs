@@ -404,6 +404,11 @@ pub enum Strategy {
     /// ring steps, but each step is a loop iteration with a barrier — a step's permute
     /// and compute both wait for the previous step's.
     PermuteLoop,
+    /// Query-split attention: the out-projection's Flash-RS behind the whole attention —
+    /// the attention runs per query slice, each slice's partial out-projection right
+    /// after it, so the reduce-scatter starts with the first slice. Causal slices differ
+    /// in cost. At every other site it is `flash`.
+    QuerySplit,
 }
 
 impl Strategy {
@@ -413,6 +418,7 @@ impl Strategy {
             "flash" => Ok(Strategy::Flash),
             "direct" => Ok(Strategy::Direct),
             "permute-loop" => Ok(Strategy::PermuteLoop),
+            "query-split" => Ok(Strategy::QuerySplit),
             other => {
                 if let Some(k) = other.strip_prefix("chunked:") {
                     match k.parse::<u32>() {
@@ -425,7 +431,7 @@ impl Strategy {
                     Err("`chunked` needs a chunk count, e.g. chunked:4".into())
                 } else {
                     Err(format!(
-                        "unknown strategy `{other}` (known: sequential, chunked:K, flash, direct, permute-loop)"
+                        "unknown strategy `{other}` (known: sequential, chunked:K, flash, direct, permute-loop, query-split)"
                     ))
                 }
             }
@@ -441,6 +447,7 @@ impl fmt::Display for Strategy {
             Strategy::Flash => f.write_str("flash"),
             Strategy::Direct => f.write_str("direct"),
             Strategy::PermuteLoop => f.write_str("permute-loop"),
+            Strategy::QuerySplit => f.write_str("query-split"),
         }
     }
 }

@@ -160,6 +160,9 @@ pub fn check_layer(strategy: Strategy, s: &LayerShape, head: bool) -> Result<(),
     if let Strategy::Chunked(k) = strategy {
         check_div(strategy, "tokens per rank", s.tokens() / n, k as u64)?;
     }
+    if strategy == Strategy::QuerySplit {
+        check_div(strategy, "sequence (query slices)", s.seq, n)?;
+    }
     Ok(())
 }
 
@@ -206,7 +209,9 @@ fn block_extent(st: Strategy, ranks: u64, j: u64, den: u64) -> (u64, u64, Option
             let w = den / k as u64;
             (j * w, (j + 1) * w, None)
         }
-        Strategy::Flash | Strategy::Direct | Strategy::PermuteLoop => (0, den, Some(j % ranks)),
+        Strategy::Flash | Strategy::Direct | Strategy::PermuteLoop | Strategy::QuerySplit => {
+            (0, den, Some(j % ranks))
+        }
     }
 }
 
@@ -336,6 +341,42 @@ impl Ctx<'_> {
         self.each(site, kind, after)
     }
 
+    /// Query-split attention + out-projection: Flash-RS's slice order, each partial
+    /// GEMM right after the attention of its query slice j (positions j·s/N .. of every
+    /// sequence; causal, so it sees keys up to (j+1)·s/N and slices differ in cost).
+    fn query_split(&mut self, after: &PerRank) -> Result<PerRank, StrategyError> {
+        let s = *self.s;
+        let n = s.ranks as u64;
+        let q = s.seq / n;
+        let shape = s.mlp(s.hidden, s.hidden);
+        let input = self.ready(Strategy::QuerySplit, after);
+        let site = self.b.site("fwd.attn");
+        let compute = self.st.compute.clone();
+        let mut before = |b: &mut PlanBuilder, r: usize, j: u64| {
+            let kind = OpKind::Attention(crate::cost::Attention {
+                bh: s.batch * s.heads / n,
+                seq_q: q.min(u32::MAX as u64) as u32,
+                seq_kv: ((j + 1) * q).min(u32::MAX as u64) as u32,
+                head_dim: s.head_dim().min(u32::MAX as u64) as u32,
+                causal: true,
+                backward: false,
+                dtype: s.dtype,
+            });
+            let d: Vec<OpId> = after[r].iter().copied().collect();
+            Ok(Some(b.single(compute[r], kind, &d, tag(site, j))?))
+        };
+        let out = sites::gemm_rs_with(
+            &mut self.b,
+            &self.st,
+            Strategy::QuerySplit,
+            "fwd.proj",
+            &shape,
+            &input,
+            &mut before,
+        )?;
+        Ok(out.1)
+    }
+
     /// All token blocks of `strategy` ready on rank r after `after[r]`.
     fn ready(&self, strategy: Strategy, after: &PerRank) -> Blocks {
         let nb = blocks(strategy, self.s.ranks) as usize;
@@ -395,9 +436,13 @@ impl Ctx<'_> {
         );
         let n1 = self.elt("fwd.norm", 2, x)?;
         let qkv = self.ag_gemm(qkv_st, "fwd.qkv", h, s.qkv_width(), &n1)?;
-        let a = self.attention("fwd.attn", false, &last(&qkv))?;
-        let proj_in = self.ready(proj_st, &a);
-        let proj = self.gemm_rs(proj_st, "fwd.proj", h, &proj_in, proj_st)?;
+        let proj = if proj_st == Strategy::QuerySplit {
+            self.query_split(&last(&qkv))?
+        } else {
+            let a = self.attention("fwd.attn", false, &last(&qkv))?;
+            let proj_in = self.ready(proj_st, &a);
+            self.gemm_rs(proj_st, "fwd.proj", h, &proj_in, proj_st)?
+        };
         let r1 = self.elt("fwd.residual", 3, &proj)?;
         let n2 = self.elt("fwd.norm", 2, &r1)?;
         let fc1 = self.ag_gemm(fc1_st, "fwd.fc1", h, s.fc1_width, &n2)?;
@@ -653,6 +698,37 @@ mod tests {
             assert_ne!(count(&plain, site), count(&mixed, site), "{site}");
         }
         assert_eq!(plain.model_flops, mixed.model_flops);
+    }
+
+    /// The query slices of a causal attention add up to the whole one, and the later
+    /// slices cost more (they see more keys).
+    #[test]
+    fn query_split_conserves_attention_work_and_slices_grow() {
+        let s = shape("llama-3-8b", 4, 1, 4096);
+        let flops = |st: Strategy| {
+            let p = build(&s, st, &BTreeMap::new(), false).unwrap();
+            let mut v: Vec<f64> = p
+                .ops
+                .iter()
+                .filter_map(|o| match o.kind {
+                    OpKind::Attention(a) if !a.backward && o.rank == 0 => Some(a.flops()),
+                    _ => None,
+                })
+                .collect();
+            v.sort_by(f64::total_cmp);
+            v
+        };
+        let whole = flops(Strategy::Flash);
+        let split = flops(Strategy::QuerySplit);
+        assert_eq!(whole.len(), 1);
+        assert_eq!(split.len(), 4);
+        let sum: f64 = split.iter().sum();
+        assert!(
+            (sum - whole[0]).abs() <= 1e-9 * whole[0],
+            "{sum} vs {}",
+            whole[0]
+        );
+        assert!(split.windows(2).all(|w| w[0] < w[1]), "{split:?}");
     }
 
     #[test]

@@ -66,7 +66,9 @@ pub fn blocks(strategy: Strategy, ranks: u32) -> u64 {
     match strategy {
         Strategy::Sequential => 1,
         Strategy::Chunked(k) => k as u64,
-        Strategy::Flash | Strategy::Direct | Strategy::PermuteLoop => ranks as u64,
+        Strategy::Flash | Strategy::Direct | Strategy::PermuteLoop | Strategy::QuerySplit => {
+            ranks as u64
+        }
     }
 }
 

@@ -62,7 +62,7 @@ pub fn block_region(strategy: Strategy, ranks: u32, tokens: u64, j: u64) -> Regi
     let n = ranks as u64;
     let shard = tokens / n;
     match strategy {
-        Strategy::Flash | Strategy::Direct | Strategy::PermuteLoop => {
+        Strategy::Flash | Strategy::Direct | Strategy::PermuteLoop | Strategy::QuerySplit => {
             Region::rows(0, j * shard, shard)
         }
         Strategy::Sequential | Strategy::Chunked(_) => {
@@ -403,7 +403,7 @@ pub fn ag_gemm(
                 }
             }
         }
-        Strategy::Flash => {
+        Strategy::Flash | Strategy::QuerySplit => {
             // Flash-AG: step k computes slice (r − k) mod N; meanwhile it forwards that
             // slice to r+1 and receives slice (r − k − 1) from r−1. Step 0 is local.
             let piece = rows * s.hidden * s.dtype.bytes();
@@ -531,6 +531,27 @@ pub fn gemm_rs(
     s: &MlpShape,
     input: &Blocks,
 ) -> Result<(Vec<BufId>, Vec<Option<OpId>>), StrategyError> {
+    gemm_rs_with(b, st, strategy, site_name, s, input, &mut |_, _, _| {
+        Ok(None)
+    })
+}
+
+/// What a Flash-RS partial GEMM of (rank, slice) also waits for, issued right before it
+/// on the rank's compute stream (query-split attention puts each query slice's attention
+/// there).
+pub type BeforePartial<'a> =
+    dyn FnMut(&mut PlanBuilder, usize, u64) -> Result<Option<OpId>, StrategyError> + 'a;
+
+/// [`gemm_rs`], with `before(b, r, j)` called before each Flash-RS partial GEMM.
+pub fn gemm_rs_with(
+    b: &mut PlanBuilder,
+    st: &RankStreams,
+    strategy: Strategy,
+    site_name: &str,
+    s: &MlpShape,
+    input: &Blocks,
+    before: &mut BeforePartial<'_>,
+) -> Result<(Vec<BufId>, Vec<Option<OpId>>), StrategyError> {
     let site = b.site(site_name);
     let n = s.ranks as u64;
     let nb = blocks(strategy, s.ranks);
@@ -553,6 +574,25 @@ pub fn gemm_rs(
         |_| BufInit::Poison,
     );
     let gemm = gemm_kind(rows, s.hidden, s.ffn / n, s);
+    let gemm_op_after = |b: &mut PlanBuilder,
+                         r: usize,
+                         j: usize,
+                         t: OpTag,
+                         extra: Option<OpId>|
+     -> Result<OpId, StrategyError> {
+        let mut d = deps(input.ready[r][j]);
+        d.extend(extra);
+        let id = b.single(st.compute[r], gemm, &d, t)?;
+        b.set_io(
+            id,
+            OpIo::Gemm {
+                a: input.region(r, j),
+                b: w[r],
+                c: input.rows[j].on(p[r]),
+            },
+        );
+        Ok(id)
+    };
     let gemm_op =
         |b: &mut PlanBuilder, r: usize, j: usize, t: OpTag| -> Result<OpId, StrategyError> {
             let id = b.single(st.compute[r], gemm, &deps(input.ready[r][j]), t)?;
@@ -753,7 +793,7 @@ pub fn gemm_rs(
             }
             Ok((p, done))
         }
-        Strategy::Flash => {
+        Strategy::Flash | Strategy::QuerySplit => {
             // Flash-RS: step k computes the partial of slice (r − 1 − k) mod N, so the own
             // slice comes last; the running sum arrives from r−1, gets this rank's partial
             // added, and goes on to r+1. The last sum is this rank's output, never sent.
@@ -764,8 +804,9 @@ pub fn gemm_rs(
             for r in 0..n {
                 for k in 0..n {
                     let j = slice(r, k);
+                    let extra = before(b, r as usize, j)?;
                     partial[r as usize][k as usize] =
-                        gemm_op(b, r as usize, j as usize, tag(site, k, j))?;
+                        gemm_op_after(b, r as usize, j as usize, tag(site, k, j), extra)?;
                 }
             }
             // What rank r's send at step k carries: the partial (k = 0) or the sum, both

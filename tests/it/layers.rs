@@ -105,13 +105,14 @@ fn scenario(workload: Workload, gbps: f64, free_compute: bool) -> Scenario {
     sc
 }
 
-const STRATEGIES: [Strategy; 6] = [
+const STRATEGIES: [Strategy; 7] = [
     Strategy::Sequential,
     Strategy::Chunked(2),
     Strategy::Chunked(4),
     Strategy::Flash,
     Strategy::Direct,
     Strategy::PermuteLoop,
+    Strategy::QuerySplit,
 ];
 
 fn opts() -> SimOptions {
@@ -187,4 +188,35 @@ fn overlap_strategies_beat_sequential_on_a_step_and_steps_add_up() {
         .metrics;
     let ratio = two.makespan / seq.makespan;
     assert!((1.95..=2.0 + 1e-9).contains(&ratio), "{ratio}");
+}
+
+/// Query-split hides the out-projection's reduce-scatter behind the attention: the
+/// `fwd.proj` site exposes less than with flash, and the layer is no slower.
+#[test]
+fn query_split_hides_the_projection_rs_behind_attention() {
+    let mut sc = config::load_scenario("default").unwrap();
+    sc.model = config::load_model("llama-3-8b", None).unwrap();
+    sc.workload = Workload::Layer;
+    sc.parallel.tp = 8;
+    sc.batch = 2;
+    sc.seq = 16384;
+    sc.interference = false;
+    sc.transport = flashoverlap::scenario::Transport::CopyEngine;
+    let site = |s: Strategy| {
+        let r = run_strategy(&sc, s, &opts()).unwrap();
+        let m = flashoverlap::timeline::metrics::site_metrics(&r.timeline, r.metrics.critical_rank);
+        let proj = m
+            .iter()
+            .find(|x| x.site == "fwd.proj")
+            .unwrap()
+            .exposed_comm;
+        (r.metrics.makespan, proj)
+    };
+    let (tf, ef) = site(Strategy::Flash);
+    let (tq, eq) = site(Strategy::QuerySplit);
+    assert!(
+        eq < 0.5 * ef,
+        "query-split exposes {eq} at fwd.proj, flash {ef}"
+    );
+    assert!(tq <= tf, "{tq} vs {tf}");
 }

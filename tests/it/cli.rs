@@ -386,3 +386,15 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     v
 }
+
+/// The README shows the default run's table as this build prints it.
+#[test]
+fn readme_shows_the_default_table() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let t = stdout(&["simulate"]);
+    assert!(
+        readme.contains(&t),
+        "README.md's default table differs from `flashoverlap simulate`:\n{t}"
+    );
+}

@@ -195,12 +195,13 @@ impl Figure for Gantt<'_> {
         for (name, style) in entries {
             root.draw(&Rectangle::new([(x, 52), (x + 16, 66)], style))
                 .map_err(e)?;
-            root.draw(&Text::new(name.clone(), (x + 22, 52), font.clone()))
+            // A stroked box draws half its stroke outside: keep the text clear of it.
+            root.draw(&Text::new(name.clone(), (x + 26, 52), font.clone()))
                 .map_err(e)?;
             let (w, _) = root
                 .estimate_text_size(&name, &font.clone().into_text_style(root))
                 .map_err(e)?;
-            x += 22 + w as i32 + 24;
+            x += 26 + w as i32 + 24;
         }
         let max_us = self
             .panels

@@ -574,11 +574,12 @@ pub fn gemm_rs_with(
         |_| BufInit::Poison,
     );
     let gemm = gemm_kind(rows, s.hidden, s.ffn / n, s);
-    let gemm_op_after = |b: &mut PlanBuilder,
-                         r: usize,
-                         j: usize,
-                         t: OpTag,
-                         extra: Option<OpId>|
+    // The partial GEMM of block j on rank r, after its input and `extra`.
+    let gemm_op = |b: &mut PlanBuilder,
+                   r: usize,
+                   j: usize,
+                   t: OpTag,
+                   extra: Option<OpId>|
      -> Result<OpId, StrategyError> {
         let mut d = deps(input.ready[r][j]);
         d.extend(extra);
@@ -593,19 +594,6 @@ pub fn gemm_rs_with(
         );
         Ok(id)
     };
-    let gemm_op =
-        |b: &mut PlanBuilder, r: usize, j: usize, t: OpTag| -> Result<OpId, StrategyError> {
-            let id = b.single(st.compute[r], gemm, &deps(input.ready[r][j]), t)?;
-            b.set_io(
-                id,
-                OpIo::Gemm {
-                    a: input.region(r, j),
-                    b: w[r],
-                    c: input.rows[j].on(p[r]),
-                },
-            );
-            Ok(id)
-        };
     // The P2P schedules (flash, direct, permute loop) move whole per-rank slices, add
     // them with slice-sized adds, and land them in a staging buffer `r_<site>`.
     let piece = rows * s.hidden * s.dtype.bytes();
@@ -633,7 +621,7 @@ pub fn gemm_rs_with(
             for i in 0..nb as usize {
                 let mut done = Vec::with_capacity(n as usize);
                 for r in 0..n as usize {
-                    done.push(Some(gemm_op(b, r, i, tag(site, i as u64, i as u64))?));
+                    done.push(Some(gemm_op(b, r, i, tag(site, i as u64, i as u64), None)?));
                 }
                 let at =
                     |r: u64, blk: u64| Region::rows(p[r as usize], blk * shard + i as u64 * pr, pr);
@@ -644,72 +632,6 @@ pub fn gemm_rs_with(
                 }
             }
             Ok((p, last))
-        }
-        Strategy::PermuteLoop => {
-            // Permute loop RS (Flash-RS's slices and ring, with a barrier per iteration):
-            // iteration k ≥ 1 permutes the running sum to r+1 while computing the next
-            // partial, then adds the sum received from r−1; iteration k+1 waits for that
-            // add. Closed form: c + (N−1)·(max(c, p) + a).
-            let recv_buf = staging(b);
-            let slice = |r: u64, k: u64| (r + 2 * n - 1 - k % n) % n;
-            let at = |buf: BufId, j: u64| Region::rows(buf, j * shard, shard);
-            let mut carry: Vec<OpId> = Vec::with_capacity(n as usize);
-            for r in 0..n {
-                carry.push(gemm_op(
-                    b,
-                    r as usize,
-                    slice(r, 0) as usize,
-                    tag(site, 0, slice(r, 0)),
-                )?);
-            }
-            for k in 0..n.saturating_sub(1) {
-                let tags: Vec<u64> = (0..n).map(|_| b.msg_tag()).collect();
-                let mut recvs = Vec::with_capacity(n as usize);
-                for r in 0..n {
-                    let ru = r as usize;
-                    recvs.push(ring_step(
-                        b,
-                        st,
-                        r,
-                        piece,
-                        &tags,
-                        &[carry[ru]],
-                        tag(site, k, slice(r, k)),
-                        tag(site, k + 1, slice(r, k + 1)),
-                        false,
-                        (at(p[ru], slice(r, k)), at(recv_buf[ru], slice(r, k + 1))),
-                        false,
-                    )?);
-                }
-                for r in 0..n as usize {
-                    let j = slice(r as u64, k + 1);
-                    // The barrier: this iteration's compute waits for the last one's add.
-                    let g = {
-                        let mut d = deps(input.ready[r][j as usize]);
-                        d.push(carry[r]);
-                        let id = b.single(st.compute[r], gemm, &d, tag(site, k + 1, j))?;
-                        b.set_io(
-                            id,
-                            OpIo::Gemm {
-                                a: input.region(r, j as usize),
-                                b: w[r],
-                                c: input.rows[j as usize].on(p[r]),
-                            },
-                        );
-                        id
-                    };
-                    carry[r] = b.single(st.comm[r], add, &[g, recvs[r]], tag(site, k + 1, j))?;
-                    b.set_io(
-                        carry[r],
-                        OpIo::Add {
-                            out: at(p[r], j),
-                            x: at(p[r], j),
-                            y: at(recv_buf[r], j),
-                        },
-                    );
-                }
-            }
-            Ok((p, carry.into_iter().map(Some).collect()))
         }
         Strategy::Direct => {
             // Direct-to-owner RS: step i computes the partial for owner (r + 1 + i) mod N
@@ -729,7 +651,7 @@ pub fn gemm_rs_with(
                 for i in 0..n {
                     let j = owner(r, i);
                     partial[r as usize][i as usize] =
-                        gemm_op(b, r as usize, j as usize, tag(site, i, j))?;
+                        gemm_op(b, r as usize, j as usize, tag(site, i, j), None)?;
                 }
             }
             let mut recvs = vec![Vec::new(); n as usize];
@@ -793,20 +715,27 @@ pub fn gemm_rs_with(
             }
             Ok((p, done))
         }
-        Strategy::Flash | Strategy::QuerySplit => {
+        Strategy::Flash | Strategy::QuerySplit | Strategy::PermuteLoop => {
             // Flash-RS: step k computes the partial of slice (r − 1 − k) mod N, so the own
             // slice comes last; the running sum arrives from r−1, gets this rank's partial
             // added, and goes on to r+1. The last sum is this rank's output, never sent.
+            //
+            // The permute loop (Wang et al.) is the same ring with a barrier per
+            // iteration: partial k+1 is issued only after the add of step k (Flash issues
+            // every partial up front, so the GEMMs run ahead of the chain). Its closed
+            // form: c + (N−1)·(max(c, p) + a).
+            let barrier = strategy == Strategy::PermuteLoop;
             let recv_buf = staging(b);
             let slice = |r: u64, k: u64| (r + 2 * n - 1 - k % n) % n;
             let at = |buf: BufId, j: u64| Region::rows(buf, j * shard, shard);
             let mut partial = vec![vec![0 as OpId; n as usize]; n as usize];
+            let upfront = if barrier { 1 } else { n };
             for r in 0..n {
-                for k in 0..n {
+                for k in 0..upfront {
                     let j = slice(r, k);
                     let extra = before(b, r as usize, j)?;
                     partial[r as usize][k as usize] =
-                        gemm_op_after(b, r as usize, j as usize, tag(site, k, j), extra)?;
+                        gemm_op(b, r as usize, j as usize, tag(site, k, j), extra)?;
                 }
             }
             // What rank r's send at step k carries: the partial (k = 0) or the sum, both
@@ -833,6 +762,10 @@ pub fn gemm_rs_with(
                 }
                 for r in 0..n as usize {
                     let j = slice(r as u64, k + 1);
+                    if barrier {
+                        let t = tag(site, k + 1, j);
+                        partial[r][k as usize + 1] = gemm_op(b, r, j as usize, t, Some(carry[r]))?;
+                    }
                     carry[r] = b.single(
                         st.comm[r],
                         add,

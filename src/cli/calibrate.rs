@@ -39,10 +39,12 @@ pub struct Args {
 /// The calibration grid: sizes chosen off the powers of two the default scenarios use, so
 /// validation shapes are not calibration shapes.
 pub fn grid() -> Vec<(u64, u64, u64)> {
-    // m: token counts from a small shard to a 128k gathered sequence, every power of two
-    // (wave quantization changes fast in m); n, k: the hidden/ffn widths of 1B–70B models.
-    let ms = (9..=17).map(|e| 1u64 << e);
-    let nk = [1024u64, 2048, 4096, 8192, 16384];
+    // m: token counts from a chunk of a small shard (96) to a 128k gathered sequence, every
+    // power of two and three quarters of one (wave quantization changes fast in m); n, k: the hidden/ffn
+    // widths of 1B–70B models, powers of two and the midpoints 1.5·2^k, where cuBLAS's
+    // tile choices change between powers of two.
+    let ms = (7..=17).flat_map(|e| [1u64 << e, 3u64 << (e - 2)]);
+    let nk = [1024u64, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384];
     let mut v = Vec::new();
     for m in ms {
         for &n in &nk {

@@ -35,6 +35,9 @@ pub struct Args {
     /// Node count of a multi-node profile (e.g. dgx-h100).
     #[arg(long)]
     pub nodes: Option<u64>,
+    /// GPU count of a one-level profile (ring, full mesh, NVSwitch node, PCIe tree).
+    #[arg(long)]
+    pub gpus: Option<u64>,
     /// Sizes in bytes as nccl-tests counts them: `MIN:MAX` (MIN, MIN·factor, … up to
     /// MAX) or a comma-separated list; units B, K/KiB, M/MiB, G/GiB (binary), KB/MB/GB
     /// (decimal).
@@ -61,6 +64,19 @@ pub struct Args {
     /// Refuse runs longer than this many events (per size).
     #[arg(long, default_value_t = SimOptions::default().max_events)]
     pub max_events: u64,
+    /// `auto`: where the topology has a rotational symmetry covering the ranks (ring,
+    /// NVSwitch node, full mesh, whole leaf groups of a rail fabric) and every rank does
+    /// the same up to that rotation (not the tree; equal message sizes), simulate the
+    /// representative ranks only — exact, and what makes 16k-rank rings fast. `off`:
+    /// always the full plan.
+    #[arg(long, value_enum, default_value_t = Symmetry::Auto)]
+    pub symmetry: Symmetry,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Symmetry {
+    Auto,
+    Off,
 }
 
 /// Parse one size: `4096`, `4K`, `4KiB`, `1.5MB`.
@@ -136,6 +152,9 @@ pub struct Row {
     #[serde(rename = "busbw_GB/s")]
     pub busbw: f64,
     pub events: u64,
+    /// Ranks whose programs were simulated: all of them, or the representatives of a
+    /// symmetric plan.
+    pub simulated_ranks: u32,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -190,7 +209,8 @@ pub fn run(a: Args) -> Result<(), CliError> {
     })?;
     let sizes =
         parse_sizes(&a.sizes, a.factor).map_err(|e| CliError::input(format!("--sizes: {e}")))?;
-    let hw = config::load_hardware_nodes(&a.hardware, None, a.nodes).map_err(CliError::input)?;
+    let hw =
+        config::load_hardware_sized(&a.hardware, None, a.nodes, a.gpus).map_err(CliError::input)?;
     let ranks = a.ranks.unwrap_or(hw.topology.gpu_count() as u32);
     hw.topology
         .require_gpus(ranks as usize)
@@ -199,6 +219,14 @@ pub fn run(a: Args) -> Result<(), CliError> {
         record_links: false,
         max_events: a.max_events,
         ..SimOptions::default()
+    };
+    let orbits = match a.symmetry {
+        Symmetry::Auto if ranks as usize == hw.topology.gpu_count() => hw
+            .topology
+            .link_orbits()
+            .map_err(|e| CliError::run(e.to_string()))?
+            .filter(|o| o.order > 1),
+        _ => None,
     };
     let mut rows = Vec::with_capacity(sizes.len());
     for &bytes in &sizes {
@@ -209,7 +237,11 @@ pub fn run(a: Args) -> Result<(), CliError> {
             bytes,
             chunks: a.chunks,
         };
-        let plan = collective::build(&spec).map_err(CliError::input)?;
+        let shift = orbits
+            .as_ref()
+            .filter(|_| collective::is_rotation_invariant(&spec))
+            .map(|o| o.shift);
+        let plan = collective::build_with(&spec, shift).map_err(CliError::input)?;
         let r = sim::simulate(&plan, &hw, &opts).map_err(CliError::run)?;
         let t = r.times.iter().map(|t| t.end).fold(0.0, f64::max);
         let algbw = if t > 0.0 { bytes as f64 / t / 1e9 } else { 0.0 };
@@ -221,6 +253,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
             algbw: round6(algbw),
             busbw: round6(algbw * op.busbw_factor(ranks)),
             events: r.events,
+            simulated_ranks: shift.unwrap_or(ranks),
         });
     }
     let out = Output {
@@ -255,6 +288,21 @@ fn csv(o: &Output) -> String {
         s.push_str(&format!(
             "{},{},{},{},{},{}\n",
             r.size_bytes, r.count, r.dtype, r.time_us, r.algbw, r.busbw
+        ));
+    }
+    let sym: Vec<u32> = o
+        .rows
+        .iter()
+        .filter(|r| r.simulated_ranks < o.ranks)
+        .map(|r| r.simulated_ranks)
+        .collect();
+    if let Some(&held) = sym.first() {
+        s.push_str(&format!(
+            "# {} of {} sizes simulated as symmetric plans: ranks 0..{held} stand for all {} (the topology's rotation; exact). --symmetry off for full plans
+",
+            sym.len(),
+            o.rows.len(),
+            o.ranks
         ));
     }
     s
@@ -294,6 +342,21 @@ fn table(o: &Output, topo: &str) -> String {
         s.push_str(&format!(
             " {:>14} {:>14} {:>9} {:>12.2} {:>9.2} {:>9.2}\n",
             r.size_bytes, r.count, r.dtype, r.time_us, r.algbw, r.busbw
+        ));
+    }
+    let sym: Vec<u32> = o
+        .rows
+        .iter()
+        .filter(|r| r.simulated_ranks < o.ranks)
+        .map(|r| r.simulated_ranks)
+        .collect();
+    if let Some(&held) = sym.first() {
+        s.push_str(&format!(
+            "# {} of {} sizes simulated as symmetric plans: ranks 0..{held} stand for all {} (the topology's rotation; exact). --symmetry off for full plans
+",
+            sym.len(),
+            o.rows.len(),
+            o.ranks
         ));
     }
     s

@@ -151,8 +151,33 @@ pub fn load_hardware_nodes(
     base: Option<&Path>,
     nodes: Option<u64>,
 ) -> Result<Hardware, ConfigError> {
+    load_hardware_sized(spec, base, nodes, None)
+}
+
+/// [`load_hardware_nodes`] that can also set the GPU count of a one-level profile (a
+/// ring, full mesh, NVSwitch node or PCIe tree: `topology.gpus`).
+pub fn load_hardware_sized(
+    spec: &str,
+    base: Option<&Path>,
+    nodes: Option<u64>,
+    gpus: Option<u64>,
+) -> Result<Hardware, ConfigError> {
     let src = resolve(PresetKind::Hardware, spec, base)?;
     let mut file: HardwareFile = parse_toml(&src)?;
+    if let Some(g) = gpus {
+        if file.topology.gpus.is_none() {
+            return Err(ConfigError::invalid(
+                &src.name,
+                "topology.gpus",
+                "(missing)",
+                format!(
+                    "hardware `{}` (topology kind `{}`) has no GPU count of its own; a GPU                      count applies to ring, full-mesh, nvswitch and pcie-tree profiles (use                      a node count for multi-node ones)",
+                    file.name, file.topology.kind
+                ),
+            ));
+        }
+        file.topology.gpus = Some(g.min(i64::MAX as u64) as i64);
+    }
     if let Some(n) = nodes {
         if file.topology.nodes.is_none() {
             return Err(ConfigError::invalid(

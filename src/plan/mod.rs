@@ -245,6 +245,9 @@ pub struct Plan {
     pub buffers: Vec<BufferInfo>,
     pub io: Vec<OpIo>,
     pub outputs: Vec<Region>,
+    /// `Some(shift)`: a symmetric plan holding ranks `0..shift` of `ranks` (see
+    /// [`PlanBuilder::symmetric`]).
+    pub symmetry: Option<u32>,
 }
 
 pub const NO_PARTNER: OpId = OpId::MAX;
@@ -358,6 +361,7 @@ pub struct PlanBuilder {
     outputs: Vec<Region>,
     /// Record buffers, op regions and outputs (`false`: a plan for the simulator only).
     dataflow: bool,
+    symmetry: Option<u32>,
 }
 
 /// The most ops one plan may hold; bigger plans are refused rather than exhausting memory.
@@ -381,7 +385,22 @@ impl PlanBuilder {
             io: Vec::new(),
             outputs: Vec::new(),
             dataflow: true,
+            symmetry: None,
         }
+    }
+
+    /// A builder of a *symmetric* (quotient) plan of `ranks` ranks: the program of rank
+    /// `r + shift` is rank `r`'s moved by `shift` (its peers too), so only ranks
+    /// `0..shift` are built. Their ops may name any peer; a send from `a` to `b` is
+    /// received by the representative `b mod shift`, from `a` moved back by as many
+    /// shifts as `b` is away from it. Message tags must therefore be the same on every
+    /// rank for a given step (the representative's tag stands for all its translates).
+    /// Only the simulator runs such a plan, on a topology with the same symmetry
+    /// (`Topology::link_orbits`); it has no data flow.
+    pub fn symmetric(ranks: u32, shift: u32) -> PlanBuilder {
+        let mut b = PlanBuilder::new(ranks).without_dataflow();
+        b.symmetry = Some(shift);
+        b
     }
 
     /// A builder that drops data flow: buffer declarations, op regions and outputs are

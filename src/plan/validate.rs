@@ -18,6 +18,8 @@ pub enum PlanError {
     StreamRank { name: String, rank: u32, ranks: u32 },
     #[error("launch {launch} has no ops")]
     EmptyLaunch { launch: LaunchId },
+    #[error("a symmetric plan's shift must divide its {ranks} ranks, got {shift}")]
+    BadSymmetry { shift: u32, ranks: u32 },
     #[error("op {op} ({label}) names peer {peer}, which is {why}")]
     BadPeer {
         op: OpId,
@@ -91,14 +93,21 @@ pub(super) fn finish(b: PlanBuilder) -> Result<Plan, PlanError> {
         buffers,
         io,
         outputs,
+        symmetry,
         ..
     } = b;
+    if let Some(shift) = symmetry
+        && (shift == 0 || ranks % shift != 0)
+    {
+        return Err(PlanError::BadSymmetry { shift, ranks });
+    }
+    let held = symmetry.unwrap_or(ranks);
     for s in &streams {
-        if s.rank >= ranks {
+        if s.rank >= held {
             return Err(PlanError::StreamRank {
                 name: s.name.clone(),
                 rank: s.rank,
-                ranks,
+                ranks: held,
             });
         }
     }
@@ -149,6 +158,7 @@ pub(super) fn finish(b: PlanBuilder) -> Result<Plan, PlanError> {
         buffers,
         io: Vec::new(),
         outputs,
+        symmetry,
     };
     plan.partner = match_p2p(&plan)?;
     if io.iter().any(Option::is_some) || !plan.outputs.is_empty() {
@@ -206,10 +216,19 @@ fn match_p2p(plan: &Plan) -> Result<Vec<OpId>, PlanError> {
     // (src, dst, tag, op): a recv's src is its peer.
     let mut sends: Vec<(u32, u32, u64, OpId)> = Vec::new();
     let mut recvs: Vec<(u32, u32, u64, OpId)> = Vec::new();
+    // In a symmetric plan a send is keyed as its translate whose receiver is held.
+    let canon = |src: u32, dst: u32| match plan.symmetry {
+        Some(shift) => {
+            let back = dst - dst % shift;
+            ((src + plan.ranks - back) % plan.ranks, dst % shift)
+        }
+        None => (src, dst),
+    };
     for (id, o) in plan.ops.iter().enumerate() {
         if let OpKind::Send { peer, tag, .. } = o.kind {
             check_peer(id, o, peer)?;
-            sends.push((o.rank, peer, tag, id as OpId));
+            let (src, dst) = canon(o.rank, peer);
+            sends.push((src, dst, tag, id as OpId));
         }
     }
     for (id, o) in plan.ops.iter().enumerate() {

@@ -156,6 +156,10 @@ pub enum CollectiveError {
     TooFewRanks(u32),
     #[error("chunks must be at least 1")]
     NoChunks,
+    #[error(
+        "this collective is not the same on every rank up to a rotation by {shift} of {ranks} ranks (a tree, or messages of unequal sizes)"
+    )]
+    NotSymmetric { shift: u32, ranks: u32 },
     #[error(transparent)]
     Strategy(#[from] StrategyError),
 }
@@ -189,6 +193,8 @@ fn tag(step: u64, slice: u64) -> OpTag {
 struct Builder {
     b: PlanBuilder,
     n: u32,
+    /// Ranks built: all `n`, or the representatives `0..shift` of a symmetric plan.
+    held: u32,
 }
 
 impl Builder {
@@ -227,13 +233,17 @@ impl Builder {
     }
 
     fn streams(&mut self, name: &str) -> Vec<StreamId> {
-        (0..self.n)
+        (0..self.held)
             .map(|r| self.b.stream(r, name, StreamKind::Comm))
             .collect()
     }
 
-    /// Tags of one step: one per sending rank (and per destination for direct).
+    /// Tags of one step: one per sending rank (and per destination for direct); in a
+    /// symmetric plan one for all (a representative's tag stands for its translates).
     fn tags(&mut self, count: usize) -> Vec<u64> {
+        if self.held < self.n {
+            return vec![self.b.msg_tag(); count];
+        }
         (0..count).map(|_| self.b.msg_tag()).collect()
     }
 
@@ -251,7 +261,7 @@ impl Builder {
         let n = self.n as u64;
         for k in 0..steps {
             let tags = self.tags(n as usize);
-            for r in 0..n {
+            for r in 0..self.held as u64 {
                 let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
                 let send = sizes[block(r, k) as usize];
                 let recv = sizes[block(prev, k) as usize];
@@ -278,8 +288,12 @@ impl Builder {
     ) -> Result<(), PlanError> {
         let n = self.n as u64;
         // tags[src][dst]
-        let tags: Vec<Vec<u64>> = (0..n).map(|_| self.tags(n as usize)).collect();
-        for r in 0..n {
+        let tags: Vec<Vec<u64>> = if self.held < self.n {
+            vec![self.tags(n as usize); n as usize]
+        } else {
+            (0..n).map(|_| self.tags(n as usize)).collect()
+        };
+        for r in 0..self.held as u64 {
             let others = (1..n).map(|i| (r + i) % n);
             let sends: Vec<_> = others
                 .clone()
@@ -312,7 +326,7 @@ impl Builder {
         let n = self.n as u64;
         for i in 1..n {
             let tags = self.tags(n as usize);
-            for r in 0..n {
+            for r in 0..self.held as u64 {
                 let (to, from) = ((r + i) % n, (r + n - i) % n);
                 self.group(
                     streams[r as usize],
@@ -411,6 +425,35 @@ impl Builder {
 
 /// The Plan of one collective.
 pub fn build(spec: &CollectiveSpec) -> Result<Plan, CollectiveError> {
+    build_with(spec, None)
+}
+
+/// Whether `spec` is the same on every rank up to a rotation of the ranks, so that a
+/// symmetric plan of it is exact: every algorithm but the tree, with every message of a
+/// step the same size (each chunk divisible by the rank count).
+pub fn is_rotation_invariant(spec: &CollectiveSpec) -> bool {
+    let n = spec.ranks as u64;
+    spec.algorithm != Algorithm::Tree
+        && spec.chunks > 0
+        && n > 0
+        && (spec.op == CollectiveOp::SendRecv
+            || split(spec.bytes, spec.chunks as u64)
+                .iter()
+                .all(|&p| p % n == 0))
+}
+
+/// The Plan of one collective, symmetric (ranks `0..shift` standing for all, see
+/// [`PlanBuilder::symmetric`]) when `shift` is given; that needs
+/// [`is_rotation_invariant`] and a shift dividing the ranks.
+pub fn build_with(spec: &CollectiveSpec, shift: Option<u32>) -> Result<Plan, CollectiveError> {
+    if let Some(s) = shift
+        && (!is_rotation_invariant(spec) || s == 0 || spec.ranks % s != 0)
+    {
+        return Err(CollectiveError::NotSymmetric {
+            shift: s,
+            ranks: spec.ranks,
+        });
+    }
     let known = spec.op.algorithms();
     if !known.contains(&spec.algorithm) {
         return Err(CollectiveError::NoSuchAlgorithm {
@@ -449,6 +492,8 @@ pub fn build(spec: &CollectiveSpec) -> Result<Plan, CollectiveError> {
     } else {
         ops
     };
+    let held = shift.unwrap_or(spec.ranks);
+    let ops = ops / n * held as u64;
     if ops > crate::plan::DEFAULT_OP_LIMIT as u64 {
         return Err(PlanError::TooLarge {
             limit: crate::plan::DEFAULT_OP_LIMIT,
@@ -456,8 +501,12 @@ pub fn build(spec: &CollectiveSpec) -> Result<Plan, CollectiveError> {
         .into());
     }
     let mut b = Builder {
-        b: PlanBuilder::new(spec.ranks),
+        b: match shift {
+            Some(s) => PlanBuilder::symmetric(spec.ranks, s),
+            None => PlanBuilder::new(spec.ranks),
+        },
         n: spec.ranks,
+        held,
     };
     b.b.site(spec.op.name());
     if spec.algorithm == Algorithm::Tree {
@@ -501,7 +550,7 @@ pub fn build(spec: &CollectiveSpec) -> Result<Plan, CollectiveError> {
             (AllToAll, Pairwise) => b.pairwise(&streams, 0, c, |_, dst| bl(dst))?,
             (SendRecv, Direct) => {
                 let tags = b.tags(n as usize);
-                for r in 0..n {
+                for r in 0..b.held as u64 {
                     let (to, from) = ((r + 1) % n, (r + n - 1) % n);
                     b.group(
                         streams[r as usize],

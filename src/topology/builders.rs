@@ -1,6 +1,6 @@
 //! Builders for the common shapes, so a hardware profile names a shape and a few numbers.
 
-use super::{Device, DeviceKind, Link, Topology, TopologyError};
+use super::{Device, DeviceKind, Link, Rotation, Topology, TopologyError};
 
 /// Bandwidth (bytes/s, per direction) and latency (s) of one kind of link.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -25,6 +25,14 @@ fn gpu_devices(n: u64) -> Vec<Device> {
             name: format!("gpu{i}"),
         })
         .collect()
+}
+
+/// GPU `i` to GPU `i + 1` of `n` GPUs that are the only devices.
+fn turn(n: u64) -> Rotation {
+    Rotation {
+        gpu_shift: 1,
+        perm: (0..n as u32).map(|i| (i + 1) % n as u32).collect(),
+    }
 }
 
 fn both(a: &str, b: &str, l: LinkSpec, out: &mut Vec<(String, String, Link)>) {
@@ -81,7 +89,13 @@ impl Topology {
         for i in 0..gpus {
             both(&format!("gpu{i}"), "nvswitch", link, &mut links);
         }
-        Topology::from_parts(name, devices, links)
+        // GPUs renumbered by one; the switch stays.
+        let perm = (0..gpus as u32)
+            .map(|i| (i + 1) % gpus as u32)
+            .chain([gpus as u32])
+            .collect();
+        Ok(Topology::from_parts(name, devices, links)?
+            .with_rotation(Rotation { gpu_shift: 1, perm }))
     }
 
     /// `n` GPUs in a ring, GPU i joined to GPU i+1 (both directions) by its own link.
@@ -102,7 +116,7 @@ impl Topology {
                 );
             }
         }
-        Topology::from_parts(name, devices, links)
+        Ok(Topology::from_parts(name, devices, links)?.with_rotation(turn(n)))
     }
 
     /// `n` GPUs, every pair joined by its own link (HCCS-style full mesh).
@@ -116,7 +130,7 @@ impl Topology {
                 both(&format!("gpu{i}"), &format!("gpu{j}"), link, &mut links);
             }
         }
-        Topology::from_parts(name, devices, links)
+        Ok(Topology::from_parts(name, devices, links)?.with_rotation(turn(n)))
     }
 
     /// A PCIe tree: `spec.sockets` CPUs joined pairwise by socket links (UPI/xGMI), each
@@ -258,7 +272,37 @@ impl Topology {
                 both(&leaf, "spine", up, &mut links);
             }
         }
-        Topology::from_parts(name, devices, links)
+        let topo = Topology::from_parts(name, devices, links)?;
+        if n % s.nodes_per_leaf != 0 {
+            return Ok(topo);
+        }
+        // Whole leaf groups: moving every node by one group (and each rail's leaf l to
+        // l + 1) is a symmetry; the spine stays. Device indices follow the order above.
+        let npl = s.nodes_per_leaf;
+        let node_of = |k: u64| (k + npl) % n;
+        let mut perm = Vec::with_capacity((n * (2 * g + 1) + 1 + g * leaves) as usize);
+        for node in 0..n {
+            for i in 0..g {
+                perm.push((node_of(node) * g + i) as u32);
+            }
+        }
+        let base = n * g;
+        for node in 0..n {
+            for j in 0..=g {
+                perm.push((base + node_of(node) * (g + 1) + j) as u32);
+            }
+        }
+        let spine = base + n * (g + 1);
+        perm.push(spine as u32);
+        for i in 0..g {
+            for l in 0..leaves {
+                perm.push((spine + 1 + i * leaves + (l + 1) % leaves) as u32);
+            }
+        }
+        Ok(topo.with_rotation(Rotation {
+            gpu_shift: (npl * g) as u32,
+            perm,
+        }))
     }
 }
 

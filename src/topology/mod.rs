@@ -5,10 +5,12 @@
 mod builders;
 mod nccl_xml;
 mod route;
+mod symmetry;
 
 pub use builders::{LinkSpec, PcieTreeSpec, RailFatTreeSpec};
 pub use nccl_xml::{NcclXmlError, from_nccl_xml};
 pub use route::{Route, Router};
+pub use symmetry::{LinkOrbits, Rotation};
 
 use petgraph::graph::{DiGraph, EdgeIndex, NodeIndex};
 use petgraph::visit::EdgeRef;
@@ -108,6 +110,8 @@ pub struct Topology {
     pub name: String,
     graph: DiGraph<Device, Link>,
     gpus: Vec<NodeIndex>,
+    /// A symmetry the builder laid out (see [`symmetry`](self::symmetry)).
+    rotation: Option<Rotation>,
 }
 
 impl Topology {
@@ -155,6 +159,7 @@ impl Topology {
             name: name.into(),
             graph,
             gpus,
+            rotation: None,
         };
         topo.check_connected()?;
         Ok(topo)

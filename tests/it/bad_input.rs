@@ -293,6 +293,12 @@ fn cases(d: &Path) -> Vec<Case> {
             says: vec![s("--ranks"), s("8 GPUs"), s("16 ranks")],
         },
         Case {
+            name: "collective: a GPU count for a multi-node profile",
+            args: coll(&["--hardware", "dgx-h100", "--gpus", "16"]),
+            code: 2,
+            says: vec![s("topology.gpus"), s("no GPU count"), s("node count")],
+        },
+        Case {
             name: "collective: a size with an unknown unit",
             args: coll(&["--sizes", "1KiB:1XB"]),
             code: 2,

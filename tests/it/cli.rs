@@ -192,6 +192,61 @@ fn a_profile_can_take_its_topology_from_an_nccl_xml_dump() {
 }
 
 #[test]
+fn collective_symmetric_plans_equal_full_ones_and_say_so() {
+    let run = |extra: &[&str]| -> serde_json::Value {
+        let args = [
+            &[
+                "collective",
+                "--hardware",
+                "ring-50gib",
+                "--gpus",
+                "64",
+                "--chunks",
+                "4",
+                "--sizes",
+                "256KiB,64MiB,1GiB",
+                "--format",
+                "json",
+            ][..],
+            extra,
+        ]
+        .concat();
+        serde_json::from_str(&stdout(&args)).unwrap()
+    };
+    let (auto, off) = (run(&[]), run(&["--symmetry", "off"]));
+    for (a, o) in auto["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(off["rows"].as_array().unwrap())
+    {
+        let (ta, to) = (
+            a["time_us"].as_f64().unwrap(),
+            o["time_us"].as_f64().unwrap(),
+        );
+        assert!((ta - to).abs() <= 1e-9 * to, "{ta} vs {to}");
+        assert_eq!(a["simulated_ranks"], 1);
+        assert_eq!(o["simulated_ranks"], 64);
+        assert!(a["events"].as_u64().unwrap() * 32 < o["events"].as_u64().unwrap());
+    }
+    // A size the ranks do not divide evenly is simulated in full, and the table says
+    // which sizes were symmetric.
+    let t = stdout(&[
+        "collective",
+        "--hardware",
+        "ring-50gib",
+        "--gpus",
+        "64",
+        "--sizes",
+        "1MiB,1000001",
+    ]);
+    assert!(
+        t.contains("# 1 of 2 sizes simulated as symmetric plans: ranks 0..1 stand for all 64"),
+        "{t}"
+    );
+}
+
+#[test]
 fn collective_json_and_csv_agree_and_busbw_follows_nccl_tests() {
     let args = [
         "collective",

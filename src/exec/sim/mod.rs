@@ -63,6 +63,8 @@ pub enum SimError {
         link: String,
         example: String,
     },
+    #[error("a symmetric plan cannot run here: {why}")]
+    Asymmetric { why: String },
     #[error(
         "deadlock: {done} of {total} ops finished; launch of {label} on rank {rank} never started"
     )]
@@ -198,6 +200,8 @@ struct Engine<'p> {
     transfers: Vec<Transfer>,
     routes: IntMap<(u32, u32), (u32, u32, f64)>,
     router: Router<'p>,
+    /// A symmetric plan's link orbits: routes cross orbit representatives.
+    orbits: Option<crate::topology::LinkOrbits>,
     link_spans: Vec<LinkSpan>,
     interference: Option<InterferenceState>,
     resched: Vec<interference::Reschedule>,
@@ -232,6 +236,37 @@ pub fn simulate(plan: &Plan, hw: &Hardware, opts: &SimOptions) -> Result<SimResu
         link_spans: e.link_spans,
         events: e.events,
     })
+}
+
+/// For a symmetric plan, the topology's link orbits, after checking that the plan's
+/// symmetry is the topology's and that nothing in the run breaks it (jitter, stragglers).
+fn symmetric_orbits(
+    plan: &Plan,
+    hw: &Hardware,
+    opts: &SimOptions,
+) -> Result<Option<crate::topology::LinkOrbits>, SimError> {
+    let Some(shift) = plan.symmetry else {
+        return Ok(None);
+    };
+    let why = |w: String| Err(SimError::Asymmetric { why: w });
+    if opts.jitter.is_some() || !opts.stragglers.is_empty() {
+        return why("jitter and stragglers make ranks differ; use the full plan".into());
+    }
+    let gpus = hw.topology.gpu_count();
+    if plan.ranks as usize != gpus {
+        return why(format!(
+            "it spans {} ranks, the topology has {gpus} GPUs (the rotation maps all of them)",
+            plan.ranks
+        ));
+    }
+    match hw.topology.link_orbits()? {
+        Some(o) if o.shift == shift => Ok(Some(o)),
+        Some(o) => why(format!(
+            "its ranks repeat every {shift}, the topology's every {}",
+            o.shift
+        )),
+        None => why(format!("topology `{}` has no rotation", hw.topology.name)),
+    }
 }
 
 /// The network of `topo` with straggler links' bandwidth divided by their factor.
@@ -325,6 +360,11 @@ impl<'p> Engine<'p> {
                 launch[n as usize].pending += 1;
             }
         }
+        let orbits = symmetric_orbits(plan, hw, opts)?;
+        let mut net = network_with_stragglers(&hw.topology, &opts.stragglers)?;
+        if let Some(o) = &orbits {
+            net.scale_capacities(&o.scale);
+        }
         Ok(Engine {
             plan,
             hw,
@@ -337,10 +377,11 @@ impl<'p> Engine<'p> {
             op_launch,
             launch,
             done_ops: 0,
-            net: network_with_stragglers(&hw.topology, &opts.stragglers)?,
+            net,
             transfers: Vec::new(),
             routes: IntMap::default(),
             router: Router::new(&hw.topology),
+            orbits,
             link_spans: Vec::new(),
             interference: opts
                 .interference
@@ -508,7 +549,15 @@ impl<'p> Engine<'p> {
         }
         let route = self.router.route(src as usize, dst as usize)?;
         let start = self.net.route_links.len() as u32;
-        self.net.route_links.extend_from_slice(&route.links);
+        match &self.orbits {
+            // A link crossed twice (two links of one orbit) counts twice on its
+            // representative: the solver's shares count route entries.
+            Some(o) => self
+                .net
+                .route_links
+                .extend(route.links.iter().map(|&l| o.rep[l as usize])),
+            None => self.net.route_links.extend_from_slice(&route.links),
+        }
         let r = (start, route.links.len() as u32, route.latency);
         self.routes.insert((src, dst), r);
         Ok(r)

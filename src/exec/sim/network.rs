@@ -53,6 +53,14 @@ impl Network {
         }
     }
 
+    /// Multiply every link's bandwidth by its `scale` (a symmetric plan's orbit
+    /// representatives; before any flow starts).
+    pub fn scale_capacities(&mut self, scale: &[f64]) {
+        for (c, s) in self.capacity.iter_mut().zip(scale) {
+            *c *= s;
+        }
+    }
+
     /// Divide link `id`'s bandwidth by `factor` (before any flow starts).
     pub fn slow_link(&mut self, id: usize, factor: f64) {
         self.capacity[id] /= factor;

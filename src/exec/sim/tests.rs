@@ -969,3 +969,157 @@ fn full_mesh_direct_all_gather_has_no_contention() {
         "full-mesh ring AG",
     );
 }
+
+// ---- symmetric (quotient) plans -----------------------------------------------------------
+
+/// Simulate `spec` as a full plan and as a symmetric one on `hw`; the makespans and each
+/// representative rank's finishing time must agree (to rounding: the quotient sums the
+/// same terms in another order).
+fn full_and_symmetric(
+    hw: &crate::scenario::Hardware,
+    spec: &crate::strategy::collective::CollectiveSpec,
+) {
+    use crate::strategy::collective::{build, build_with};
+    let orbits = hw
+        .topology
+        .link_orbits()
+        .unwrap()
+        .expect("a symmetric topology");
+    let opts = SimOptions {
+        record_links: false,
+        ..SimOptions::default()
+    };
+    let full = build(spec).unwrap();
+    let sym = build_with(spec, Some(orbits.shift)).unwrap();
+    assert_eq!(
+        sym.op_count() as u64 * spec.ranks as u64,
+        full.op_count() as u64 * orbits.shift as u64,
+        "a symmetric plan holds the representatives' ops only"
+    );
+    let a = simulate(&full, hw, &opts).unwrap();
+    let b = simulate(&sym, hw, &opts).unwrap();
+    let finish = |p: &Plan, r: &SimResult, rank: u32| {
+        p.ops
+            .iter()
+            .zip(&r.times)
+            .filter(|(o, _)| o.rank == rank)
+            .map(|(_, t)| t.end)
+            .fold(0.0, f64::max)
+    };
+    let what = format!(
+        "{} {} n={} chunks={} on {}",
+        spec.op, spec.algorithm, spec.ranks, spec.chunks, hw.topology.name
+    );
+    for rank in 0..orbits.shift {
+        let (x, y) = (finish(&full, &a, rank), finish(&sym, &b, rank));
+        assert!(
+            (x - y).abs() <= 1e-9 * x.abs(),
+            "{what}: rank {rank} finishes at {x:e} (full) vs {y:e} (symmetric)"
+        );
+    }
+    assert!(
+        b.events < a.events,
+        "{what}: the quotient runs fewer events"
+    );
+}
+
+#[test]
+fn symmetric_plans_reproduce_the_full_simulation() {
+    use crate::strategy::collective::{Algorithm as A, CollectiveOp as C, CollectiveSpec};
+    let link = LinkSpec {
+        bandwidth: 50.0 * (1u64 << 30) as f64,
+        latency: 0.5e-6,
+    };
+    let mut ring = config::load_hardware("h100-sxm-8", None).unwrap();
+    ring.topology = Topology::ring("ring-12", 12, link).unwrap();
+    let nvs = config::load_hardware("h100-sxm-8", None).unwrap();
+    let mut mesh = config::load_hardware("h100-sxm-8", None).unwrap();
+    mesh.topology = Topology::full_mesh("mesh-6", 6, link).unwrap();
+    // 4 leaf groups of 2 nodes × 2 GPUs, the spine tapered 2:1 so cross-group
+    // messages contend there.
+    let rail = config::load_hardware_nodes("dgx-h100", None, Some(8)).unwrap();
+    let mut rail = rail;
+    rail.topology = Topology::rail_fat_tree(
+        "rail",
+        &crate::topology::RailFatTreeSpec {
+            nodes: 8,
+            gpus_per_node: 2,
+            nodes_per_leaf: 2,
+            nvlink: link,
+            nic: LinkSpec {
+                bandwidth: 48e9,
+                latency: 1e-6,
+            },
+            spine_latency: 1e-6,
+            oversubscription: 2.0,
+        },
+    )
+    .unwrap();
+    let cases: &[(C, A)] = &[
+        (C::AllReduce, A::Ring),
+        (C::AllGather, A::Ring),
+        (C::ReduceScatter, A::Pairwise),
+        (C::AllReduce, A::Direct),
+        (C::AllToAll, A::Pairwise),
+        (C::SendRecv, A::Direct),
+    ];
+    for hw in [&ring, &nvs, &mesh, &rail] {
+        let n = hw.topology.gpu_count() as u32;
+        for &(op, algorithm) in cases {
+            for chunks in [1, 4] {
+                let spec = CollectiveSpec {
+                    op,
+                    algorithm,
+                    ranks: n,
+                    bytes: 48 * n as u64 * (1 << 16),
+                    chunks,
+                };
+                full_and_symmetric(hw, &spec);
+            }
+        }
+    }
+}
+
+#[test]
+fn symmetric_plans_refuse_what_breaks_the_symmetry() {
+    use crate::strategy::collective::{
+        Algorithm as A, CollectiveOp as C, CollectiveSpec, build_with,
+    };
+    let hw = config::load_hardware("h100-sxm-8", None).unwrap();
+    let spec = CollectiveSpec {
+        op: C::AllReduce,
+        algorithm: A::Ring,
+        ranks: 8,
+        bytes: 8 << 20,
+        chunks: 2,
+    };
+    // Unequal messages, or a tree: no symmetric plan.
+    for bad in [
+        CollectiveSpec {
+            bytes: (8 << 20) + 1,
+            ..spec
+        },
+        CollectiveSpec {
+            algorithm: A::Tree,
+            ..spec
+        },
+    ] {
+        let e = build_with(&bad, Some(1)).unwrap_err();
+        assert!(e.to_string().contains("rotation"), "{e}");
+    }
+    let plan = build_with(&spec, Some(1)).unwrap();
+    // Jitter or a straggler would make ranks differ.
+    let opts = SimOptions {
+        stragglers: vec![crate::scenario::Straggler::parse("rank:3=2").unwrap()],
+        ..SimOptions::default()
+    };
+    let e = simulate(&plan, &hw, &opts).unwrap_err();
+    assert!(matches!(e, SimError::Asymmetric { .. }), "{e}");
+    // Fewer ranks than GPUs, or a topology with no rotation.
+    let small = build_with(&CollectiveSpec { ranks: 4, ..spec }, Some(1)).unwrap();
+    let e = simulate(&small, &hw, &SimOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("4 ranks"), "{e}");
+    let pcie = config::load_hardware("a100-pcie-8", None).unwrap();
+    let e = simulate(&plan, &pcie, &SimOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("no rotation"), "{e}");
+}

@@ -338,11 +338,48 @@ pub struct Parallel {
     pub sp: bool,
     pub dp: u64,
     pub ulysses: u64,
+    pub order: RankOrder,
+}
+
+/// Which parallel degree varies fastest over the ranks (and so over consecutive GPUs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RankOrder {
+    /// Rank = d·tp + t: a tensor-parallel group on consecutive GPUs (inside a node),
+    /// data-parallel replicas across nodes.
+    #[default]
+    TpInner,
+    /// Rank = t·dp + d: the replicas of one tensor shard on consecutive GPUs.
+    DpInner,
+}
+
+impl RankOrder {
+    pub fn parse(s: &str) -> Option<RankOrder> {
+        match s {
+            "tp-inner" => Some(RankOrder::TpInner),
+            "dp-inner" => Some(RankOrder::DpInner),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            RankOrder::TpInner => "tp-inner",
+            RankOrder::DpInner => "dp-inner",
+        }
+    }
 }
 
 impl Parallel {
     pub fn world(&self) -> u64 {
         self.tp * self.dp * self.ulysses
+    }
+
+    /// The plan rank of tensor rank `t` of data-parallel replica `d`.
+    pub fn rank_of(&self, d: u64, t: u64) -> u64 {
+        match self.order {
+            RankOrder::TpInner => d * self.tp + t,
+            RankOrder::DpInner => t * self.dp + d,
+        }
     }
 }
 
@@ -409,6 +446,12 @@ pub enum Strategy {
     /// after it, so the reduce-scatter starts with the first slice. Causal slices differ
     /// in cost. At every other site it is `flash`.
     QuerySplit,
+    /// Bulk overlap: each collective runs whole, overlapped only with GEMMs that do not
+    /// depend on it — the backward's wgrads beside a dgrad's collective, and at the
+    /// data-parallel site the bucketed overlap of each layer's gradient reduce-scatter
+    /// with the backward of the layers before it (and its parameter all-gather
+    /// prefetched a layer ahead). At a tensor-parallel site it is `sequential`.
+    Bulk,
 }
 
 impl Strategy {
@@ -419,6 +462,7 @@ impl Strategy {
             "direct" => Ok(Strategy::Direct),
             "permute-loop" => Ok(Strategy::PermuteLoop),
             "query-split" => Ok(Strategy::QuerySplit),
+            "bulk" => Ok(Strategy::Bulk),
             other => {
                 if let Some(k) = other.strip_prefix("chunked:") {
                     match k.parse::<u32>() {
@@ -431,7 +475,7 @@ impl Strategy {
                     Err("`chunked` needs a chunk count, e.g. chunked:4".into())
                 } else {
                     Err(format!(
-                        "unknown strategy `{other}` (known: sequential, chunked:K, flash, direct, permute-loop, query-split)"
+                        "unknown strategy `{other}` (known: sequential, chunked:K, flash, direct, permute-loop, query-split, bulk)"
                     ))
                 }
             }
@@ -448,6 +492,7 @@ impl fmt::Display for Strategy {
             Strategy::Direct => f.write_str("direct"),
             Strategy::PermuteLoop => f.write_str("permute-loop"),
             Strategy::QuerySplit => f.write_str("query-split"),
+            Strategy::Bulk => f.write_str("bulk"),
         }
     }
 }

@@ -41,9 +41,13 @@ pub fn run_strategy(
     opts: &SimOptions,
 ) -> Result<StrategyRun, RunError> {
     let name = strategy.to_string();
-    let plan = strategy::build(sc, sc.workload, strategy).map_err(|source| RunError::Strategy {
-        strategy: name.clone(),
-        source,
+    // A symmetric plan where nothing breaks the symmetry (no jitter, no straggler).
+    let symmetric = opts.jitter.is_none() && opts.stragglers.is_empty();
+    let plan = strategy::build_with(sc, sc.workload, strategy, symmetric).map_err(|source| {
+        RunError::Strategy {
+            strategy: name.clone(),
+            source,
+        }
     })?;
     let opts = opts.clone().for_scenario(sc);
     let res = sim::simulate(&plan, &sc.hardware, &opts).map_err(|source| RunError::Sim {

@@ -40,7 +40,25 @@ fn cases(quick: bool) -> Result<Vec<Case>, CliError> {
         big.strategies = vec![Strategy::Flash];
         out.push(Case {
             name: "Flash-RS, 1024 ranks, NVLink-class ring",
-            scenario: big,
+            scenario: big.clone(),
+        });
+        // A 70B-class training step on 1024 GPUs: 128 DGX H100 nodes on a rail-only
+        // fabric, tp 8 (a node) × dp 128, one 8k sequence per replica, 80 layers forward
+        // and backward, ZeRO-3 data parallelism; simulated as a symmetric plan.
+        let mut step = big;
+        step.name = "llama-3-70b-step-1024".into();
+        step.model = config::load_model("llama-3-70b", None).map_err(CliError::input)?;
+        step.hardware = config::load_hardware_nodes("dgx-h100-rail", None, Some(128))
+            .map_err(CliError::input)?;
+        step.parallel.tp = 8;
+        step.parallel.dp = 128;
+        step.batch = 1;
+        step.seq = 8192;
+        step.workload = Workload::Step;
+        step.strategies = vec![Strategy::Bulk, Strategy::Flash];
+        out.push(Case {
+            name: "70B step, 1024 GPUs (tp 8 x dp 128): bulk, flash",
+            scenario: step,
         });
     }
     Ok(out)
@@ -68,10 +86,11 @@ pub fn run(a: Args) -> Result<(), CliError> {
             for &s in &case.scenario.strategies {
                 let sc = &case.scenario;
                 let t0 = Instant::now();
-                let plan = strategy::build(sc, sc.workload, s)
+                let plan = strategy::build_with(sc, sc.workload, s, true)
                     .map_err(|e| CliError::run(e.to_string()))?;
                 let t1 = Instant::now();
-                let res = sim::simulate(&plan, &sc.hardware, &opts).map_err(CliError::run)?;
+                let o = opts.clone().for_scenario(sc);
+                let res = sim::simulate(&plan, &sc.hardware, &o).map_err(CliError::run)?;
                 let t2 = Instant::now();
                 let peak = sc.hardware.gpu.peak(sc.dtype).unwrap_or(0.0);
                 let tl =

@@ -290,22 +290,29 @@ fn csv(o: &Output) -> String {
             r.size_bytes, r.count, r.dtype, r.time_us, r.algbw, r.busbw
         ));
     }
+    s
+}
+
+/// The table's footer when some sizes ran as symmetric plans.
+fn symmetric_note(o: &Output) -> Option<String> {
     let sym: Vec<u32> = o
         .rows
         .iter()
         .filter(|r| r.simulated_ranks < o.ranks)
         .map(|r| r.simulated_ranks)
         .collect();
-    if let Some(&held) = sym.first() {
-        s.push_str(&format!(
-            "# {} of {} sizes simulated as symmetric plans: ranks 0..{held} stand for all {} (the topology's rotation; exact). --symmetry off for full plans
-",
-            sym.len(),
-            o.rows.len(),
-            o.ranks
-        ));
-    }
-    s
+    let &held = sym.first()?;
+    Some(format!(
+        "# {} of {} sizes simulated as symmetric plans: {} for all {} (the topology's rotation; exact). --symmetry off for full plans\n",
+        sym.len(),
+        o.rows.len(),
+        if held <= 1 {
+            "rank 0 stands".to_string()
+        } else {
+            format!("{} stand", crate::report::held_ranks(held))
+        },
+        o.ranks
+    ))
 }
 
 fn table(o: &Output, topo: &str) -> String {
@@ -344,20 +351,8 @@ fn table(o: &Output, topo: &str) -> String {
             r.size_bytes, r.count, r.dtype, r.time_us, r.algbw, r.busbw
         ));
     }
-    let sym: Vec<u32> = o
-        .rows
-        .iter()
-        .filter(|r| r.simulated_ranks < o.ranks)
-        .map(|r| r.simulated_ranks)
-        .collect();
-    if let Some(&held) = sym.first() {
-        s.push_str(&format!(
-            "# {} of {} sizes simulated as symmetric plans: ranks 0..{held} stand for all {} (the topology's rotation; exact). --symmetry off for full plans
-",
-            sym.len(),
-            o.rows.len(),
-            o.ranks
-        ));
+    if let Some(note) = symmetric_note(o) {
+        s.push_str(&note);
     }
     s
 }

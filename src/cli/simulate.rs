@@ -31,6 +31,13 @@ pub struct Args {
     /// Tensor-parallel degree.
     #[arg(long, value_parser = parse_count)]
     pub tp: Option<i64>,
+    /// Data-parallel degree (workloads `layer` and `step`).
+    #[arg(long, value_parser = parse_count)]
+    pub dp: Option<i64>,
+    /// How ranks map onto GPUs: `tp-inner` (a tensor-parallel group on consecutive
+    /// GPUs, inside a node; data parallelism across nodes) or `dp-inner`.
+    #[arg(long)]
+    pub rank_order: Option<String>,
     /// Batch size (sequences).
     #[arg(long, value_parser = parse_count)]
     pub batch: Option<i64>,
@@ -174,6 +181,14 @@ pub fn scenario_and_file(
     if let Some(v) = a.tp {
         f.parallel.tp = v;
         set("parallel.tp", "--tp");
+    }
+    if let Some(v) = a.dp {
+        f.parallel.dp = v;
+        set("parallel.dp", "--dp");
+    }
+    if let Some(v) = &a.rank_order {
+        f.parallel.order = v.clone();
+        set("parallel.order", "--rank-order");
     }
     if let Some(v) = a.batch {
         f.batch = v;

@@ -283,6 +283,13 @@ pub struct ParallelFile {
     pub dp: i64,
     #[serde(default = "one_i")]
     pub ulysses: i64,
+    /// `tp-inner` (default) or `dp-inner`: which degree varies fastest over the ranks.
+    #[serde(default = "tp_inner")]
+    pub order: String,
+}
+
+fn tp_inner() -> String {
+    "tp-inner".into()
 }
 
 fn one_i() -> i64 {

@@ -47,6 +47,7 @@ static PRESETS: &[Preset] = &[
     preset!(Hardware, "hardware-profiles", "ascend-910b-8"),
     preset!(Hardware, "hardware-profiles", "nvlink-ring-1024"),
     preset!(Hardware, "hardware-profiles", "ring-50gib"),
+    preset!(Hardware, "hardware-profiles", "dgx-h100-rail"),
     preset!(Hardware, "hardware-profiles", "dgx-h100"),
     preset!(Scenario, "scenarios", "default"),
 ];

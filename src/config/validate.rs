@@ -526,11 +526,20 @@ pub fn scenario_from_file(
     let tp = positive(&at("parallel.tp"), "parallel.tp", p.tp)?;
     let dp = positive(&at("parallel.dp"), "parallel.dp", p.dp)?;
     let ulysses = positive(&at("parallel.ulysses"), "parallel.ulysses", p.ulysses)?;
+    let order = crate::scenario::RankOrder::parse(&p.order).ok_or_else(|| {
+        ConfigError::invalid(
+            &at("parallel.order"),
+            "parallel.order",
+            &p.order,
+            "unknown rank order (known: tp-inner, dp-inner)",
+        )
+    })?;
     let parallel = Parallel {
         tp,
         sp: p.sp,
         dp,
         ulysses,
+        order,
     };
     if !p.sp {
         return Err(ConfigError::invalid(
@@ -543,15 +552,25 @@ pub fn scenario_from_file(
             ),
         ));
     }
-    for (key, v) in [("parallel.dp", dp), ("parallel.ulysses", ulysses)] {
+    let whole = matches!(workload, Workload::Layer | Workload::Step);
+    let mut unsupported = vec![("parallel.ulysses", ulysses)];
+    if !whole {
+        unsupported.push(("parallel.dp", dp));
+    }
+    for (key, v) in unsupported {
         if v != 1 {
             return Err(ConfigError::invalid(
                 &at(key),
                 key,
                 v,
                 format!(
-                    "workload `{}` simulates one tensor-parallel group; only 1 is supported",
-                    workload.name()
+                    "workload `{}` simulates {}; only 1 is supported",
+                    workload.name(),
+                    if whole {
+                        "tensor and data parallelism (no Ulysses yet)"
+                    } else {
+                        "one tensor-parallel group"
+                    }
                 ),
             ));
         }
@@ -580,7 +599,6 @@ pub fn scenario_from_file(
         ));
     }
     let micro_batches = positive(&at("micro_batches"), "micro_batches", s.micro_batches)?;
-    let whole = matches!(workload, Workload::Layer | Workload::Step);
     if whole {
         if model.kv_heads % tp != 0 && tp % model.kv_heads != 0 {
             return Err(ConfigError::invalid(
@@ -635,7 +653,7 @@ pub fn scenario_from_file(
             "parallel.tp",
             tp,
             format!(
-                "needs {} GPUs but hardware `{}` has {}",
+                "tp × dp × ulysses = {tp} × {dp} × {ulysses} = {} ranks, but hardware `{}` has {} GPUs",
                 parallel.world(),
                 hardware.name,
                 hardware.topology.gpu_count()
@@ -679,6 +697,14 @@ pub fn scenario_from_file(
         }
         let st = Strategy::parse(name)
             .map_err(|reason| ConfigError::invalid(&at("sites"), &k, name, reason))?;
+        if key == "dp" && !matches!(st, Strategy::Sequential | Strategy::Bulk | Strategy::Flash) {
+            return Err(ConfigError::invalid(
+                &at("sites"),
+                &k,
+                name,
+                "the data-parallel site runs sequential, bulk or flash",
+            ));
+        }
         site_strategies.insert(key.clone(), st);
     }
     // The per-site strategies must fit the shapes too: check them with the defaults.
@@ -729,14 +755,20 @@ pub fn scenario_from_file(
                 layers: model.layers,
                 micro_batches,
                 dtype,
+                dp: dp as u32,
+                order,
             };
             if workload == Workload::Layer {
                 ls.layers = 1;
                 ls.micro_batches = 1;
             }
-            crate::strategy::layer::check_layer(st, &ls, workload == Workload::Step).and_then(
-                |()| crate::strategy::layer::check_size(st, &ls, workload == Workload::Step),
-            )
+            let step = workload == Workload::Step;
+            crate::strategy::layer::check_layer(st, &ls, step)
+                .and_then(|()| crate::strategy::layer::check_size(st, &ls, step))
+                .and_then(|()| {
+                    let dps = crate::strategy::layer::dp_strategy(st, &site_strategies);
+                    crate::strategy::layer::check_dp(&ls, dps, step)
+                })
         } else {
             crate::strategy::check_shape(st, &shape)
         };

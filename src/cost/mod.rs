@@ -29,7 +29,8 @@ pub struct GemmCost {
 /// Time of an (m × k) · (k × n) GEMM on one GPU.
 ///
 /// The output is cut into `tile_m × tile_n` tiles, one CTA per SM at a time, so the kernel
-/// runs `waves = ⌈tiles / SMs⌉` waves and each wave costs one full tile's FLOPs at the
+/// runs `waves = ⌈tiles / SMs⌉` waves (a GEMM with fewer tiles than SMs may split K
+/// instead, see `model_cost_on`) and each wave costs one full tile's FLOPs at the
 /// per-SM peak (a partial last wave costs as much as a full one: wave quantization; padded
 /// edge tiles cost a full tile). The achieved fraction of peak is `efficiency ·
 /// k / (k + k_half)` (short K-loops pay prologue/epilogue). The memory side moves A, B and
@@ -116,24 +117,49 @@ fn model_cost_on(
         };
     }
     let p = &gpu.gemm;
+    let sms = sms.max(1);
     let tiles = m.div_ceil(p.tile_m).saturating_mul(n.div_ceil(p.tile_n));
-    let waves = tiles.div_ceil(sms.max(1));
-    let kf = k as f64;
-    let eff = p.efficiency * kf / (kf + p.k_half);
     let per_sm = peak / gpu.sm_count.max(1) as f64;
-    let tile_flops = 2.0 * p.tile_m as f64 * p.tile_n as f64 * kf;
-    let compute = waves as f64 * tile_flops / (per_sm * eff);
-    let bytes = (m as f64 * kf + kf * n as f64 + m as f64 * n as f64) * dtype.bytes() as f64;
-    let memory = bytes / (gpu.hbm_bandwidth * p.memory_efficiency);
-    GemmCost {
-        tiles,
-        waves,
-        compute,
-        memory,
-        correction: 1.0,
-        total: p.launch + compute.max(memory),
+    let base_bytes =
+        (m as f64 * k as f64 + k as f64 * n as f64 + m as f64 * n as f64) * dtype.bytes() as f64;
+    let bw = gpu.hbm_bandwidth * p.memory_efficiency;
+    // Split-K (cuBLAS's split-K / stream-K on an under-filled GPU): a GEMM with fewer
+    // tiles than SMs cuts K into `split` parts so `tiles · split` work units fill the
+    // SMs; each unit runs K/split (paying the short-K efficiency), and the fp32 partial
+    // sums are written and read back once each (8 B per element per part). The model
+    // takes the fastest split; a GEMM that fills the SMs keeps split 1 (and its waves).
+    let max_split = (sms / tiles.max(1)).min(k / MIN_SPLIT_K).max(1);
+    let mut best: Option<GemmCost> = None;
+    for split in 1..=max_split {
+        let units = tiles.saturating_mul(split);
+        let waves = units.div_ceil(sms);
+        let kf = k.div_ceil(split) as f64;
+        let eff = p.efficiency * kf / (kf + p.k_half);
+        let tile_flops = 2.0 * p.tile_m as f64 * p.tile_n as f64 * kf;
+        let compute = waves as f64 * tile_flops / (per_sm * eff);
+        let partials = if split > 1 {
+            8.0 * split as f64 * m as f64 * n as f64
+        } else {
+            0.0
+        };
+        let memory = (base_bytes + partials) / bw;
+        let c = GemmCost {
+            tiles,
+            waves,
+            compute,
+            memory,
+            correction: 1.0,
+            total: p.launch + compute.max(memory),
+        };
+        if best.is_none_or(|b| c.total < b.total) {
+            best = Some(c);
+        }
     }
+    best.expect("at least split 1")
 }
+
+/// The shortest K a split-K part gets (a part shorter than this runs mostly prologue).
+const MIN_SPLIT_K: u64 = 256;
 
 fn measured_correction(gpu: &GpuSpec, peak: f64, m: u64, n: u64, k: u64, dtype: DType) -> f64 {
     let at = [m as f64, n as f64, k as f64].map(f64::ln);

@@ -85,6 +85,9 @@ pub struct ScenarioSummary {
     /// Whether compute was slowed by communication beside it (the scenario asked for it
     /// and the profile has parameters).
     pub interference: bool,
+    /// Rank placement when there is data parallelism.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ranks: Option<RankMap>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -138,6 +141,7 @@ pub fn summary(sc: &Scenario) -> ScenarioSummary {
             .map(|(k, v)| (k.clone(), v.to_string()))
             .collect(),
         interference: interference_on(sc),
+        ranks: rank_map(sc),
     }
 }
 
@@ -189,7 +193,64 @@ fn tokens_run(sc: &Scenario) -> f64 {
     } else {
         1
     };
-    sc.tokens() as f64 * mb as f64
+    sc.tokens() as f64 * mb as f64 * sc.parallel.dp as f64
+}
+
+/// `rank 0` or `ranks 0..h−1`.
+pub fn held_ranks(h: u32) -> String {
+    if h <= 1 {
+        "rank 0".into()
+    } else {
+        format!("ranks 0..{}", h - 1)
+    }
+}
+
+/// How ranks map onto GPUs, for scenarios with more than one parallel dimension.
+#[derive(Debug, Clone, Serialize)]
+pub struct RankMap {
+    pub world: u64,
+    pub tp: u64,
+    pub dp: u64,
+    pub order: String,
+    /// The ranks of tensor-parallel group `d` and of data-parallel group `t`, as formulas
+    /// and as the first groups spelled out.
+    pub tp_group: String,
+    pub dp_group: String,
+    pub first_tp_group: Vec<u64>,
+    pub first_dp_group: Vec<u64>,
+}
+
+pub fn rank_map(sc: &Scenario) -> Option<RankMap> {
+    let p = &sc.parallel;
+    if p.dp <= 1 {
+        return None;
+    }
+    let (tp_group, dp_group) = match p.order {
+        crate::scenario::RankOrder::TpInner => (
+            format!("replica d: ranks {}·d .. {}·d + {}", p.tp, p.tp, p.tp - 1),
+            format!("tensor rank t: ranks t + {}·d, d = 0..{}", p.tp, p.dp - 1),
+        ),
+        crate::scenario::RankOrder::DpInner => (
+            format!("replica d: ranks d + {}·t, t = 0..{}", p.dp, p.tp - 1),
+            format!(
+                "tensor rank t: ranks {}·t .. {}·t + {}",
+                p.dp,
+                p.dp,
+                p.dp - 1
+            ),
+        ),
+    };
+    let cap = 16;
+    Some(RankMap {
+        world: p.world(),
+        tp: p.tp,
+        dp: p.dp,
+        order: p.order.name().into(),
+        tp_group,
+        dp_group,
+        first_tp_group: (0..p.tp.min(cap)).map(|t| p.rank_of(0, t)).collect(),
+        first_dp_group: (0..p.dp.min(cap)).map(|d| p.rank_of(d, 0)).collect(),
+    })
 }
 
 pub fn rows(sc: &Scenario, run: &ScenarioRun) -> Vec<ResultRow> {
@@ -257,6 +318,25 @@ pub fn table(sc: &Scenario, run: &ScenarioRun) -> String {
         sc.transport,
         if interference_on(sc) { "on" } else { "off" }
     );
+    if let Some(m) = rank_map(sc) {
+        let held = run.runs.first().and_then(|r| r.plan.symmetry);
+        out.push_str(&format!(
+            "ranks: {} = tp {} x dp {} ({}); tp group of {}; dp group of {}{}\n",
+            m.world,
+            m.tp,
+            m.dp,
+            m.order,
+            m.tp_group,
+            m.dp_group,
+            match held {
+                Some(h) => format!(
+                    "; symmetric plan: {} simulated, standing for all (the topology's rotation)",
+                    held_ranks(h)
+                ),
+                None => String::new(),
+            }
+        ));
+    }
     if !sc.site_strategies.is_empty() {
         let o: Vec<String> = sc
             .site_strategies

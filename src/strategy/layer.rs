@@ -28,17 +28,17 @@
 
 use super::sites::{self, Blocks, RankStreams};
 use super::{MlpShape, StrategyError, blocks, check_div};
-use crate::plan::{EltKind, OpId, OpKind, OpTag, Plan, PlanBuilder};
-use crate::scenario::{Activation, DType, Scenario, Strategy};
+use crate::plan::{EltKind, OpId, OpKind, OpTag, Plan, PlanBuilder, StreamId, StreamKind};
+use crate::scenario::{Activation, DType, Parallel, RankOrder, Scenario, Strategy};
 use std::collections::BTreeMap;
 
 /// Keys of per-site strategies: a linear's sites in both phases (`qkv`, `proj`, `fc1`,
 /// `fc2`, `head`: its forward AG+GEMM or GEMM+RS and its backward dgrad), or one phase
 /// (`fwd.fc2`, `bwd.fc1`, …). A phase key wins over a unit key, which wins over the run's
 /// strategy.
-pub const SITE_KEYS: [&str; 15] = [
+pub const SITE_KEYS: [&str; 16] = [
     "qkv", "proj", "fc1", "fc2", "head", "fwd.qkv", "fwd.proj", "fwd.fc1", "fwd.fc2", "fwd.head",
-    "bwd.qkv", "bwd.proj", "bwd.fc1", "bwd.fc2", "bwd.head",
+    "bwd.qkv", "bwd.proj", "bwd.fc1", "bwd.fc2", "bwd.head", "dp",
 ];
 
 /// What one tensor-parallel group computes, as its ranks see it.
@@ -57,6 +57,9 @@ pub struct LayerShape {
     pub layers: u64,
     pub micro_batches: u64,
     pub dtype: DType,
+    /// Data-parallel replicas of the tensor-parallel group, and how ranks map to GPUs.
+    pub dp: u32,
+    pub order: RankOrder,
 }
 
 impl LayerShape {
@@ -75,6 +78,8 @@ impl LayerShape {
             layers: sc.model.layers,
             micro_batches: sc.micro_batches,
             dtype: sc.dtype,
+            dp: sc.parallel.dp as u32,
+            order: sc.parallel.order,
         }
     }
 
@@ -193,10 +198,21 @@ pub fn check_size(strategy: Strategy, s: &LayerShape, step: bool) -> Result<(), 
 
 struct Ctx<'a> {
     b: PlanBuilder,
+    /// Every built rank (replica-major: index g·tp + t): compute and tensor-parallel
+    /// comm streams.
     st: RankStreams,
+    /// Tensor-parallel group of each built replica (members in tensor-rank order).
+    groups: Vec<RankStreams>,
+    /// Data-parallel group of each tensor rank t: compute and dp comm streams, members
+    /// d = 0..dp, the first `built` of them held.
+    dp_groups: Vec<RankStreams>,
     strategy: Strategy,
     sites: &'a BTreeMap<String, Strategy>,
     s: &'a LayerShape,
+    /// Gradients are reduced in this backward (the last micro-batch's).
+    sync: bool,
+    /// Per built rank: the layer's gradient-producing ops so far (for a bucket).
+    grads: PerRank,
 }
 
 /// Within-shard row range [lo, hi) (in units of 1/(K·N) of a shard, K·N = `den`) and the
@@ -204,7 +220,7 @@ struct Ctx<'a> {
 /// piece of every shard), one for the per-rank blocks of flash, direct, permute-loop.
 fn block_extent(st: Strategy, ranks: u64, j: u64, den: u64) -> (u64, u64, Option<u64>) {
     match st {
-        Strategy::Sequential => (0, den, None),
+        Strategy::Sequential | Strategy::Bulk => (0, den, None),
         Strategy::Chunked(k) => {
             let w = den / k as u64;
             (j * w, (j + 1) * w, None)
@@ -226,6 +242,7 @@ fn remap(bl: &Blocks, from: Strategy, to: Strategy, ranks: u32, tokens: u64) -> 
     let (nf, nt) = (blocks(from, ranks), blocks(to, ranks));
     let den = nf * nt;
     let mut out = Blocks::inputs_ready(to, ranks, tokens, bl.bufs.clone());
+    out.ready = vec![vec![None; nt as usize]; bl.ready.len()];
     for (r, ready) in out.ready.iter_mut().enumerate() {
         for (jt, slot) in ready.iter_mut().enumerate() {
             let (tlo, thi, tsh) = block_extent(to, n, jt as u64, den);
@@ -265,7 +282,17 @@ impl Ctx<'_> {
             .unwrap_or(self.strategy)
     }
 
+    /// The data-parallel site's strategy: the `dp` key, else `flash` for flash runs,
+    /// `sequential` for sequential ones and `bulk` (bucketed overlap) otherwise.
+    fn dp_strategy(&self) -> Strategy {
+        dp_strategy(self.strategy, self.sites)
+    }
+
     fn n(&self) -> usize {
+        self.st.len()
+    }
+
+    fn tp(&self) -> usize {
         self.s.ranks as usize
     }
 
@@ -322,6 +349,136 @@ impl Ctx<'_> {
         self.each(site, kind, after)
     }
 
+    /// A weight-gradient GEMM (`rows × cols` of weights, K = the tokens `k`). When this
+    /// backward reduces gradients under data-parallel `flash`, it is cut into dp partial
+    /// GEMMs, one per owner of a slice of the weight rows, fused with a Flash-RS over
+    /// the data-parallel group (the partial for slice j is sent on as soon as it is
+    /// computed, the running sum accumulated at each hop); otherwise one GEMM, and the
+    /// bucket of the layer is reduced after the layer (`bulk`) or after the backward
+    /// (`sequential`).
+    fn wgrad(
+        &mut self,
+        site: &str,
+        rows: u64,
+        cols: u64,
+        k: u64,
+        after: &PerRank,
+    ) -> Result<PerRank, StrategyError> {
+        let dp = self.s.dp;
+        let done = if self.sync && dp > 1 && self.dp_strategy() == Strategy::Flash {
+            let shape = MlpShape {
+                ranks: dp,
+                tokens: rows,
+                hidden: cols,
+                fc1_width: cols,
+                ffn: k * dp as u64,
+                gated: false,
+                activation: self.s.activation,
+                dtype: self.s.dtype,
+            };
+            let (tp, built) = (self.tp(), self.groups.len());
+            let mut out = vec![None; self.n()];
+            let name = format!("{site}.dp-rs");
+            for t in 0..tp {
+                let g = &self.dp_groups[t];
+                let mut input = Blocks::inputs_ready(Strategy::Flash, dp, rows, vec![0; g.len()]);
+                input.ready = vec![vec![None; dp as usize]; g.len()];
+                for (d, ready) in input.ready.iter_mut().enumerate().take(built) {
+                    *ready = vec![after[d * tp + t]; dp as usize];
+                }
+                let (_, fin) =
+                    sites::gemm_rs(&mut self.b, g, Strategy::Flash, &name, &shape, &input)?;
+                for d in 0..built {
+                    out[d * tp + t] = fin[d];
+                }
+            }
+            out
+        } else {
+            self.gemm(site, rows, cols, k, after)?
+        };
+        for (g, d) in self.grads.iter_mut().zip(&done) {
+            *g = later(*g, *d);
+        }
+        Ok(done)
+    }
+
+    /// A ring collective over every data-parallel group: `piece` bytes per rank per
+    /// step, each rank's first send after `after[r]`; a reduce-scatter when `reduce`.
+    /// Returns each built rank's last op of it (or `after[r]` when dp = 1).
+    fn dp_ring(
+        &mut self,
+        site: &str,
+        piece: u64,
+        after: &PerRank,
+    ) -> Result<PerRank, StrategyError> {
+        if self.s.dp <= 1 {
+            return Ok(after.clone());
+        }
+        let site = self.b.site(site);
+        let (tp, built, dp) = (self.tp(), self.groups.len(), self.s.dp as usize);
+        let mut out = after.clone();
+        for t in 0..tp {
+            let mut first = vec![None; dp];
+            for (d, f) in first.iter_mut().enumerate().take(built) {
+                *f = after[d * tp + t];
+            }
+            let done =
+                sites::bulk_all_gather(&mut self.b, &self.dp_groups[t], site, piece, &first)?;
+            for d in 0..built {
+                out[d * tp + t] = done[d];
+            }
+        }
+        Ok(out)
+    }
+
+    /// Gradient bytes of one layer per rank and ring step: the layer's parameters over
+    /// tp·dp.
+    fn grad_piece(&self) -> u64 {
+        self.s.layer_params() / (self.s.ranks as u64 * self.s.dp as u64) * self.s.dtype.bytes()
+    }
+
+    /// Run `f` on each built tensor-parallel group with its slice of `after`; the
+    /// results are concatenated in rank order.
+    fn per_group(
+        &mut self,
+        after: &PerRank,
+        mut f: impl FnMut(&mut PlanBuilder, &RankStreams, &PerRank) -> Result<PerRank, StrategyError>,
+    ) -> Result<PerRank, StrategyError> {
+        let tp = self.tp();
+        let mut out = Vec::with_capacity(self.n());
+        for (g, group) in self.groups.iter().enumerate() {
+            let a = after[g * tp..(g + 1) * tp].to_vec();
+            out.extend(f(&mut self.b, group, &a)?);
+        }
+        Ok(out)
+    }
+
+    /// [`per_group`](Self::per_group) for sites that take and give token blocks.
+    fn per_group_blocks(
+        &mut self,
+        input: &Blocks,
+        mut f: impl FnMut(&mut PlanBuilder, &RankStreams, &Blocks) -> Result<Blocks, StrategyError>,
+    ) -> Result<Blocks, StrategyError> {
+        let tp = self.tp();
+        let mut out: Option<Blocks> = None;
+        for (g, group) in self.groups.iter().enumerate() {
+            let slice = Blocks {
+                ready: input.ready[g * tp..(g + 1) * tp].to_vec(),
+                rows: input.rows.clone(),
+                bufs: input.bufs[g * tp..(g + 1) * tp].to_vec(),
+            };
+            let bl = f(&mut self.b, group, &slice)?;
+            match &mut out {
+                None => out = Some(bl),
+                Some(o) => {
+                    o.ready.extend(bl.ready);
+                    o.bufs.extend(bl.bufs);
+                }
+            }
+        }
+        Ok(out.expect("at least one group"))
+    }
+
     fn attention(
         &mut self,
         site: &str,
@@ -349,43 +506,39 @@ impl Ctx<'_> {
         let n = s.ranks as u64;
         let q = s.seq / n;
         let shape = s.mlp(s.hidden, s.hidden);
-        let input = self.ready(Strategy::QuerySplit, after);
         let site = self.b.site("fwd.attn");
-        let compute = self.st.compute.clone();
-        let mut before = |b: &mut PlanBuilder, r: usize, j: u64| {
-            let kind = OpKind::Attention(crate::cost::Attention {
-                bh: s.batch * s.heads / n,
-                seq_q: q.min(u32::MAX as u64) as u32,
-                seq_kv: ((j + 1) * q).min(u32::MAX as u64) as u32,
-                head_dim: s.head_dim().min(u32::MAX as u64) as u32,
-                causal: true,
-                backward: false,
-                dtype: s.dtype,
-            });
-            let d: Vec<OpId> = after[r].iter().copied().collect();
-            Ok(Some(b.single(compute[r], kind, &d, tag(site, j))?))
-        };
-        let out = sites::gemm_rs_with(
-            &mut self.b,
-            &self.st,
-            Strategy::QuerySplit,
-            "fwd.proj",
-            &shape,
-            &input,
-            &mut before,
-        )?;
-        Ok(out.1)
+        self.per_group(after, |b, group, after| {
+            let input = ready_blocks(Strategy::QuerySplit, &s, after);
+            let compute = group.compute.clone();
+            let mut before = |b: &mut PlanBuilder, r: usize, j: u64| {
+                let kind = OpKind::Attention(crate::cost::Attention {
+                    bh: s.batch * s.heads / n,
+                    seq_q: q.min(u32::MAX as u64) as u32,
+                    seq_kv: ((j + 1) * q).min(u32::MAX as u64) as u32,
+                    head_dim: s.head_dim().min(u32::MAX as u64) as u32,
+                    causal: true,
+                    backward: false,
+                    dtype: s.dtype,
+                });
+                let d: Vec<OpId> = after[r].iter().copied().collect();
+                Ok(Some(b.single(compute[r], kind, &d, tag(site, j))?))
+            };
+            let out = sites::gemm_rs_with(
+                b,
+                group,
+                Strategy::QuerySplit,
+                "fwd.proj",
+                &shape,
+                &input,
+                &mut before,
+            )?;
+            Ok(out.1)
+        })
     }
 
     /// All token blocks of `strategy` ready on rank r after `after[r]`.
     fn ready(&self, strategy: Strategy, after: &PerRank) -> Blocks {
-        let nb = blocks(strategy, self.s.ranks) as usize;
-        let mut bl =
-            Blocks::inputs_ready(strategy, self.s.ranks, self.s.tokens(), vec![0; self.n()]);
-        for (r, a) in after.iter().enumerate() {
-            bl.ready[r] = vec![*a; nb];
-        }
-        bl
+        ready_blocks(strategy, self.s, after)
     }
 
     /// AG + column-parallel GEMM of `width` (over all ranks) with K = `k`, under `st`.
@@ -398,7 +551,24 @@ impl Ctx<'_> {
         after: &PerRank,
     ) -> Result<Blocks, StrategyError> {
         let shape = self.s.mlp(k, self.s.ffn);
-        sites::ag_gemm(&mut self.b, &self.st, st, site, &shape, width, after)
+        let dummy = self.ready(st, after);
+        self.per_group_blocks(&dummy, |b, group, slice| {
+            let a: PerRank = slice.ready.iter().map(|r| r[0]).collect();
+            sites::ag_gemm(b, group, st, site, &shape, width, &a)
+        })
+    }
+
+    /// The activation over each block of `input` (FC1's, cut by `st`).
+    fn activation(
+        &mut self,
+        st: Strategy,
+        site: &str,
+        input: &Blocks,
+    ) -> Result<Blocks, StrategyError> {
+        let shape = self.s.mlp(self.s.hidden, self.s.ffn);
+        self.per_group_blocks(input, |b, group, slice| {
+            sites::activation(b, group, st, site, &shape, slice)
+        })
     }
 
     /// Row-parallel GEMM (K = `k_total`/N, width h) + RS under `st` of `input`'s blocks
@@ -413,16 +583,27 @@ impl Ctx<'_> {
     ) -> Result<PerRank, StrategyError> {
         let shape = self.s.mlp(self.s.hidden, k_total);
         let input = remap(input, input_st, st, self.s.ranks, self.s.tokens());
-        Ok(sites::gemm_rs(&mut self.b, &self.st, st, site, &shape, &input)?.1)
+        let tp = self.tp();
+        let mut out = Vec::with_capacity(self.n());
+        for (g, group) in self.groups.iter().enumerate() {
+            let slice = Blocks {
+                ready: input.ready[g * tp..(g + 1) * tp].to_vec(),
+                rows: input.rows.clone(),
+                bufs: input.bufs[g * tp..(g + 1) * tp].to_vec(),
+            };
+            out.extend(sites::gemm_rs(&mut self.b, group, st, site, &shape, &slice)?.1);
+        }
+        Ok(out)
     }
 
     /// A ring all-gather of every rank's shard of width h (the bulk AG for a wgrad).
     fn bulk_ag(&mut self, site: &str, after: &PerRank) -> Result<PerRank, StrategyError> {
         let piece = self.shard_bytes(self.s.hidden);
         let site = self.b.site(site);
-        sites::bulk_all_gather(&mut self.b, &self.st, site, piece, after)
+        self.per_group(after, |b, group, a| {
+            sites::bulk_all_gather(b, group, site, piece, a)
+        })
     }
-
     fn layer_fwd(&mut self, x: &PerRank) -> Result<PerRank, StrategyError> {
         let s = *self.s;
         let h = s.hidden;
@@ -446,8 +627,7 @@ impl Ctx<'_> {
         let r1 = self.elt("fwd.residual", 3, &proj)?;
         let n2 = self.elt("fwd.norm", 2, &r1)?;
         let fc1 = self.ag_gemm(fc1_st, "fwd.fc1", h, s.fc1_width, &n2)?;
-        let shape = s.mlp(h, s.ffn);
-        let act = sites::activation(&mut self.b, &self.st, fc1_st, "fwd.act", &shape, &fc1)?;
+        let act = self.activation(fc1_st, "fwd.act", &fc1)?;
         let fc2 = self.gemm_rs(fc2_st, "fwd.fc2", s.ffn, &act, fc1_st)?;
         self.elt("fwd.residual", 3, &fc2)
     }
@@ -466,27 +646,27 @@ impl Ctx<'_> {
         // FC2, row-parallel: dgrad = AG(dY) + GEMM; wgrad after it.
         let fc2 = self.ag_gemm(fc2_st, "bwd.fc2.dgrad", h, s.ffn, dy)?;
         let fc2_done = last(&fc2);
-        self.gemm("bwd.fc2.wgrad", s.ffn / n, h, m, &fc2_done)?;
-        let shape = s.mlp(h, s.ffn);
-        let act = sites::activation(&mut self.b, &self.st, fc2_st, "bwd.act", &shape, &fc2)?;
+        self.wgrad("bwd.fc2.wgrad", s.ffn / n, h, m, &fc2_done)?;
+        let act = self.activation(fc2_st, "bwd.act", &fc2)?;
         // FC1, column-parallel: the bulk AG of its input for the wgrad goes first on the
         // comm stream, under the dgrad GEMMs; then dgrad = GEMM + RS; then the wgrad.
         let x2 = self.bulk_ag("bwd.fc1.ag", dy)?;
         let fc1 = self.gemm_rs(fc1_st, "bwd.fc1.dgrad", s.fc1_width, &act, fc2_st)?;
-        let w_after: PerRank = (0..self.n()).map(|r| later(last(&act)[r], x2[r])).collect();
-        self.gemm("bwd.fc1.wgrad", h, s.fc1_width / n, m, &w_after)?;
+        let act_done = last(&act);
+        let w_after: PerRank = (0..self.n()).map(|r| later(act_done[r], x2[r])).collect();
+        self.wgrad("bwd.fc1.wgrad", h, s.fc1_width / n, m, &w_after)?;
         let r2 = self.elt("bwd.norm", 3, &fc1)?;
         // Out-projection, row-parallel.
         let proj = self.ag_gemm(proj_st, "bwd.proj.dgrad", h, h, &r2)?;
         let proj_done = last(&proj);
-        self.gemm("bwd.proj.wgrad", h / n, h, m, &proj_done)?;
+        self.wgrad("bwd.proj.wgrad", h / n, h, m, &proj_done)?;
         let a = self.attention("bwd.attn", true, &proj_done)?;
         // QKV, column-parallel, like FC1.
         let x1 = self.bulk_ag("bwd.qkv.ag", &r2)?;
         let qkv_in = self.ready(qkv_st, &a);
         let qkv = self.gemm_rs(qkv_st, "bwd.qkv.dgrad", s.qkv_width(), &qkv_in, qkv_st)?;
         let w_after: PerRank = (0..self.n()).map(|r| later(a[r], x1[r])).collect();
-        self.gemm("bwd.qkv.wgrad", h, s.qkv_width() / n, m, &w_after)?;
+        self.wgrad("bwd.qkv.wgrad", h, s.qkv_width() / n, m, &w_after)?;
         self.elt("bwd.norm", 3, &qkv)
     }
 
@@ -511,7 +691,7 @@ impl Ctx<'_> {
         let input = self.ready(st, after);
         let dx = self.gemm_rs(st, "bwd.head.dgrad", s.vocab, &input, st)?;
         let w_after: PerRank = (0..self.n()).map(|r| later(after[r], x[r])).collect();
-        self.gemm("bwd.head.wgrad", h, s.vocab / n, m, &w_after)?;
+        self.wgrad("bwd.head.wgrad", h, s.vocab / n, m, &w_after)?;
         Ok(dx)
     }
 }
@@ -529,47 +709,250 @@ fn last(bl: &Blocks) -> PerRank {
         .collect()
 }
 
-/// The Plan of one layer forward + backward (`step = false`) or of a training step.
+/// Token blocks of `strategy` for every rank of `after` (any number of groups), all
+/// ready on rank r after `after[r]`.
+fn ready_blocks(strategy: Strategy, s: &LayerShape, after: &PerRank) -> Blocks {
+    let nb = blocks(strategy, s.ranks) as usize;
+    let mut bl = Blocks::inputs_ready(strategy, s.ranks, s.tokens(), vec![0; after.len()]);
+    bl.ready = after.iter().map(|a| vec![*a; nb]).collect();
+    bl
+}
+
+/// The data-parallel site's strategy (see `Ctx::dp_strategy`).
+pub fn dp_strategy(run: Strategy, sites: &BTreeMap<String, Strategy>) -> Strategy {
+    sites.get("dp").copied().unwrap_or(match run {
+        Strategy::Flash | Strategy::Sequential => run,
+        _ => Strategy::Bulk,
+    })
+}
+
+/// The Plan of one layer forward + backward (`step = false`) or of a training step, over
+/// tp × dp ranks. With `shift` (a rotation of the topology that moves whole
+/// tensor-parallel groups), a symmetric plan of the first `shift / tp` replicas.
+///
+/// Data parallelism is ZeRO-3/FSDP-style: each layer's parameters are all-gathered over
+/// the data-parallel group before its forward (prefetched one layer ahead under `bulk`
+/// and `flash`, on demand under `sequential`; kept for the backward), and its gradients
+/// reduce-scattered in the last micro-batch's backward — per layer as a bucket once the
+/// layer's wgrads are done (`bulk`), all after the backward (`sequential`), or fused
+/// with the wgrad GEMMs as a Flash-RS (`flash`). The data-parallel collectives run on a
+/// stream of their own.
 pub fn build(
     s: &LayerShape,
     strategy: Strategy,
     sites: &BTreeMap<String, Strategy>,
     step: bool,
+    shift: Option<u32>,
 ) -> Result<Plan, StrategyError> {
     for st in std::iter::once(&strategy).chain(sites.values()) {
         check_layer(*st, s, step)?;
         check_size(*st, s, step)?;
     }
-    let mut b = PlanBuilder::new(s.ranks).without_dataflow();
-    let st = RankStreams::declare(&mut b);
+    check_dp(s, dp_strategy(strategy, sites), step)?;
+    let (tp, dp) = (s.ranks, s.dp);
+    let world = tp * dp;
+    let built = match shift {
+        Some(sh) if s.order == RankOrder::TpInner && sh % tp == 0 && world % sh == 0 => sh / tp,
+        _ => dp,
+    };
+    let mut b = if built < dp {
+        PlanBuilder::symmetric(world, built * tp)
+    } else {
+        PlanBuilder::new(world).without_dataflow()
+    };
+    let par = Parallel {
+        tp: tp as u64,
+        sp: true,
+        dp: dp as u64,
+        ulysses: 1,
+        order: s.order,
+    };
+    let rank = |d: u32, t: u32| par.rank_of(d as u64, t as u64) as u32;
+    let mut all = RankStreams {
+        compute: Vec::new(),
+        comm: Vec::new(),
+        ranks: Vec::new(),
+        held: 0,
+    };
+    let mut dp_comm = Vec::new();
+    let mut groups = Vec::with_capacity(built as usize);
+    for d in 0..built {
+        let mut g = RankStreams {
+            compute: Vec::new(),
+            comm: Vec::new(),
+            ranks: Vec::new(),
+            held: tp as usize,
+        };
+        for t in 0..tp {
+            let r = rank(d, t);
+            g.compute.push(b.stream(r, "compute", StreamKind::Compute));
+            g.comm.push(b.stream(r, "comm", StreamKind::Comm));
+            g.ranks.push(r);
+            if dp > 1 {
+                dp_comm.push(b.stream(r, "dp-comm", StreamKind::Comm));
+            }
+        }
+        all.compute.extend(&g.compute);
+        all.comm.extend(&g.comm);
+        all.ranks.extend(&g.ranks);
+        groups.push(g);
+    }
+    all.held = all.ranks.len();
+    let dp_groups = if dp > 1 {
+        (0..tp as usize)
+            .map(|t| {
+                let held: Vec<usize> = (0..built as usize).map(|d| d * tp as usize + t).collect();
+                let mut compute: Vec<_> = held.iter().map(|&i| all.compute[i]).collect();
+                let mut comm: Vec<_> = held.iter().map(|&i| dp_comm[i]).collect();
+                // Placeholders for the members a symmetric plan does not hold (never used).
+                compute.resize(dp as usize, StreamId::MAX);
+                comm.resize(dp as usize, StreamId::MAX);
+                RankStreams {
+                    compute,
+                    comm,
+                    ranks: (0..dp).map(|d| rank(d, t as u32)).collect(),
+                    held: built as usize,
+                }
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let n = all.len();
     let mut c = Ctx {
         b,
-        st,
+        st: all,
+        groups,
+        dp_groups,
         strategy,
         sites,
         s,
+        sync: false,
+        grads: vec![None; n],
     };
-    let mut x: PerRank = vec![None; c.n()];
-    if !step {
-        x = c.layer_fwd(&x)?;
-        c.layer_bwd(&x)?;
-        c.b.add_model_flops(s.layer_model_flops());
-        return Ok(c.b.finish()?);
-    }
-    for _ in 0..s.micro_batches {
-        x = c.elt("fwd.embed", 2, &x)?;
-        for _ in 0..s.layers {
-            x = c.layer_fwd(&x)?;
+    let dps = c.dp_strategy();
+    let piece = c.grad_piece();
+    let mut x: PerRank = vec![None; n];
+    let mbs = if step { s.micro_batches } else { 1 };
+    let layers = if step { s.layers } else { 1 };
+    // Gradient buckets left for after the backward (`sequential`): one per layer + head.
+    let mut late_buckets: Vec<u64> = Vec::new();
+    for mb in 0..mbs {
+        c.sync = mb + 1 == mbs;
+        if step {
+            x = c.elt("fwd.embed", 2, &x)?;
         }
-        x = c.head_fwd(&x)?;
-        x = c.head_bwd(&x)?;
-        for _ in 0..s.layers {
+        // Parameter all-gathers: layer i's waits for its input (sequential) or for
+        // layer i−1's (a prefetch one layer ahead).
+        let prefetch = dps != Strategy::Sequential;
+        let mut gathered = if prefetch {
+            Some(c.dp_ring("fwd.dp-ag", piece, &x)?)
+        } else {
+            None
+        };
+        for i in 0..layers {
+            let params = match gathered.take() {
+                Some(g) => g,
+                None => c.dp_ring("fwd.dp-ag", piece, &x)?,
+            };
+            if prefetch && i + 1 < layers {
+                gathered = Some(c.dp_ring("fwd.dp-ag", piece, &x)?);
+            }
+            let start: PerRank = x.iter().zip(&params).map(|(a, p)| later(*a, *p)).collect();
+            x = c.layer_fwd(&start)?;
+        }
+        if step {
+            x = c.head_fwd(&x)?;
+            c.grads = vec![None; n];
+            x = c.head_bwd(&x)?;
+            x = c.reduce_bucket(dps, &x, &mut late_buckets, c.head_grad_piece())?;
+        }
+        for _ in 0..layers {
+            c.grads = vec![None; n];
             x = c.layer_bwd(&x)?;
+            x = c.reduce_bucket(dps, &x, &mut late_buckets, piece)?;
         }
-        x = c.elt("bwd.embed", 2, &x)?;
+        if step {
+            x = c.elt("bwd.embed", 2, &x)?;
+        }
     }
-    c.b.add_model_flops(s.step_model_flops());
+    // `sequential`: every bucket after the whole backward, one after another.
+    for p in late_buckets {
+        let done = c.dp_ring("bwd.dp-rs", p, &x)?;
+        x = x.iter().zip(&done).map(|(a, d)| later(*a, *d)).collect();
+    }
+    let flops = if step {
+        s.step_model_flops()
+    } else {
+        s.layer_model_flops()
+    };
+    c.b.add_model_flops(flops * built as f64);
     Ok(c.b.finish()?)
+}
+
+impl Ctx<'_> {
+    /// After a layer's (or the head's) backward in the syncing micro-batch: its gradient
+    /// bucket's reduce-scatter (`bulk`: now, after its wgrads, beside the next layer's
+    /// backward), or one more bucket for after the backward (`sequential`); `flash`
+    /// reduced inside the wgrads. Returns `x` (the backward's chain is not delayed).
+    fn reduce_bucket(
+        &mut self,
+        dps: Strategy,
+        x: &PerRank,
+        late: &mut Vec<u64>,
+        piece: u64,
+    ) -> Result<PerRank, StrategyError> {
+        if !self.sync || self.s.dp <= 1 {
+            return Ok(x.clone());
+        }
+        match dps {
+            Strategy::Sequential => late.push(piece),
+            Strategy::Flash => {}
+            _ => {
+                let after = self.grads.clone();
+                // The ring's piece: the bucket's bytes over the data-parallel ranks.
+                self.dp_ring("bwd.dp-rs", piece, &after)?;
+            }
+        }
+        Ok(x.clone())
+    }
+
+    /// Gradient bytes of the LM head per rank and ring step.
+    fn head_grad_piece(&self) -> u64 {
+        self.s.vocab * self.s.hidden / (self.s.ranks as u64 * self.s.dp as u64)
+            * self.s.dtype.bytes()
+    }
+}
+
+/// Can the data-parallel site run `st` on this shape?
+pub fn check_dp(s: &LayerShape, st: Strategy, step: bool) -> Result<(), StrategyError> {
+    if s.dp <= 1 {
+        return Ok(());
+    }
+    if !matches!(st, Strategy::Sequential | Strategy::Bulk | Strategy::Flash) {
+        return Err(StrategyError::SiteStrategy {
+            site: "dp",
+            strategy: st.to_string(),
+            known: "sequential, bulk, flash",
+        });
+    }
+    let dp = s.dp as u64;
+    let n = s.ranks as u64;
+    if st == Strategy::Flash {
+        let h = s.hidden;
+        let mut rows = vec![
+            ("ffn / tp (fc2 wgrad rows)", s.ffn / n),
+            ("hidden", h),
+            ("hidden / tp (proj wgrad rows)", h / n),
+        ];
+        if step {
+            rows.push(("hidden (head wgrad rows)", h));
+        }
+        for (what, v) in rows {
+            check_div(st, what, v, dp)?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -592,6 +975,8 @@ mod tests {
             layers: m.layers,
             micro_batches: 1,
             dtype: DType::Bf16,
+            dp: 1,
+            order: RankOrder::TpInner,
         }
     }
 
@@ -622,7 +1007,7 @@ mod tests {
     fn the_plan_carries_the_model_flops_and_every_site() {
         let s = shape("llama-3-8b", 4, 1, 2048);
         for st in [Strategy::Sequential, Strategy::Chunked(4), Strategy::Flash] {
-            let p = build(&s, st, &BTreeMap::new(), false).unwrap();
+            let p = build(&s, st, &BTreeMap::new(), false, None).unwrap();
             assert_eq!(p.model_flops, s.layer_model_flops());
             assert!(!p.has_dataflow());
             for site in [
@@ -681,10 +1066,10 @@ mod tests {
     fn per_site_strategies_change_only_their_sites() {
         let s = shape("llama-3-8b", 4, 1, 2048);
         let mut sites = BTreeMap::new();
-        let plain = build(&s, Strategy::Flash, &sites, false).unwrap();
+        let plain = build(&s, Strategy::Flash, &sites, false, None).unwrap();
         sites.insert("fc2".to_string(), Strategy::Chunked(4));
         sites.insert("bwd.qkv".to_string(), Strategy::Sequential);
-        let mixed = build(&s, Strategy::Flash, &sites, false).unwrap();
+        let mixed = build(&s, Strategy::Flash, &sites, false, None).unwrap();
         mixed.check_deadlock_free().unwrap();
         let count = |p: &Plan, site: &str| {
             let i = p.sites.iter().position(|x| x == site).unwrap() as u16;
@@ -706,7 +1091,7 @@ mod tests {
     fn query_split_conserves_attention_work_and_slices_grow() {
         let s = shape("llama-3-8b", 4, 1, 4096);
         let flops = |st: Strategy| {
-            let p = build(&s, st, &BTreeMap::new(), false).unwrap();
+            let p = build(&s, st, &BTreeMap::new(), false, None).unwrap();
             let mut v: Vec<f64> = p
                 .ops
                 .iter()

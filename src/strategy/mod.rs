@@ -25,6 +25,16 @@ pub enum StrategyError {
         value: u64,
         by: u64,
     },
+    #[error(
+        "site `{site}` under `{strategy}` cannot be built for a group only part of which a symmetric plan holds"
+    )]
+    PartlyHeld { site: String, strategy: String },
+    #[error("site `{site}` has no strategy `{strategy}` (it has: {known})")]
+    SiteStrategy {
+        site: &'static str,
+        strategy: String,
+        known: &'static str,
+    },
     #[error(transparent)]
     Plan(#[from] PlanError),
 }
@@ -64,7 +74,7 @@ impl MlpShape {
 /// Number of token blocks a strategy cuts a site into.
 pub fn blocks(strategy: Strategy, ranks: u32) -> u64 {
     match strategy {
-        Strategy::Sequential => 1,
+        Strategy::Sequential | Strategy::Bulk => 1,
         Strategy::Chunked(k) => k as u64,
         Strategy::Flash | Strategy::Direct | Strategy::PermuteLoop | Strategy::QuerySplit => {
             ranks as u64
@@ -103,6 +113,29 @@ pub fn check_shape(strategy: Strategy, s: &MlpShape) -> Result<(), StrategyError
 
 /// Build the Plan of `workload` under `strategy`.
 pub fn build(sc: &Scenario, workload: Workload, strategy: Strategy) -> Result<Plan, StrategyError> {
+    build_with(sc, workload, strategy, false)
+}
+
+/// [`build`]; with `symmetric`, layers and steps whose ranks fill a topology with a
+/// rotation that moves whole tensor-parallel groups are built as symmetric plans (the
+/// first groups only, exact; for the simulator without jitter or stragglers).
+pub fn build_with(
+    sc: &Scenario,
+    workload: Workload,
+    strategy: Strategy,
+    symmetric: bool,
+) -> Result<Plan, StrategyError> {
+    if let Workload::Layer | Workload::Step = workload {
+        let shape = layer::LayerShape::of(sc);
+        let step = workload == Workload::Step;
+        let topo = &sc.hardware.topology;
+        let shift = (symmetric && sc.parallel.world() as usize == topo.gpu_count())
+            .then(|| topo.link_orbits().ok().flatten())
+            .flatten()
+            .filter(|o| o.order > 1)
+            .map(|o| o.shift);
+        return layer::build(&shape, strategy, &sc.site_strategies, step, shift);
+    }
     let shape = MlpShape::of(sc);
     check_shape(strategy, &shape)?;
     let mut b = PlanBuilder::new(shape.ranks);
@@ -135,17 +168,13 @@ pub fn build(sc: &Scenario, workload: Workload, strategy: Strategy) -> Result<Pl
         }
         Workload::GemmRs => {
             b.add_model_flops(crate::cost::gemm_flops(m, h, shape.ffn));
-            let a = sites::per_rank(&mut b, "a", m, shape.ffn / n, shape.dtype, |_| {
+            let a = sites::per_rank(&mut b, &streams, "a", m, shape.ffn / n, shape.dtype, |_| {
                 BufInit::Local
             });
             let ready = Blocks::inputs_ready(strategy, shape.ranks, m, a);
             shard_of(sites::gemm_rs(&mut b, &streams, strategy, "fc2", &shape, &ready)?.0)
         }
-        Workload::Layer | Workload::Step => {
-            let shape = layer::LayerShape::of(sc);
-            let step = workload == Workload::Step;
-            return layer::build(&shape, strategy, &sc.site_strategies, step);
-        }
+        Workload::Layer | Workload::Step => unreachable!("built above"),
         Workload::Mlp => {
             b.add_model_flops(crate::cost::gemm_flops(m, shape.fc1_width, h));
             b.add_model_flops(crate::cost::gemm_flops(m, h, shape.ffn));

@@ -11,9 +11,17 @@ use crate::scenario::Strategy;
 pub struct RankStreams {
     pub compute: Vec<StreamId>,
     pub comm: Vec<StreamId>,
+    /// The plan rank of each member of the group (member `i` talks to member `i + 1`
+    /// as plan rank `ranks[i + 1]`).
+    pub ranks: Vec<u32>,
+    /// Members `0..held` are built; the rest are their translates in a symmetric plan
+    /// (see `PlanBuilder::symmetric`). Only ring collectives and the Flash-RS / permute
+    /// loop of [`gemm_rs`] build for a partly held group; the other sites refuse it.
+    pub held: usize,
 }
 
 impl RankStreams {
+    /// A compute and a comm stream on every rank of the plan, one group of all of them.
     pub fn declare(b: &mut PlanBuilder) -> RankStreams {
         let n = b.ranks();
         let mut compute = Vec::with_capacity(n as usize);
@@ -22,7 +30,40 @@ impl RankStreams {
             compute.push(b.stream(r, "compute", StreamKind::Compute));
             comm.push(b.stream(r, "comm", StreamKind::Comm));
         }
-        RankStreams { compute, comm }
+        RankStreams {
+            compute,
+            comm,
+            held: n as usize,
+            ranks: (0..n).collect(),
+        }
+    }
+
+    /// Message tags of one step, per member: unique, or in a partly held group one for
+    /// all (a held member's tag stands for its translates').
+    fn step_tags(&self, b: &mut PlanBuilder) -> Vec<u64> {
+        if self.held < self.len() {
+            return vec![b.msg_tag(); self.len()];
+        }
+        (0..self.len()).map(|_| b.msg_tag()).collect()
+    }
+
+    fn whole(&self, site: &str, strategy: Strategy) -> Result<(), StrategyError> {
+        if self.held < self.len() {
+            return Err(StrategyError::PartlyHeld {
+                site: site.to_string(),
+                strategy: strategy.to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Members in group order.
+    pub fn len(&self) -> usize {
+        self.ranks.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ranks.is_empty()
     }
 }
 
@@ -65,7 +106,7 @@ pub fn block_region(strategy: Strategy, ranks: u32, tokens: u64, j: u64) -> Regi
         Strategy::Flash | Strategy::Direct | Strategy::PermuteLoop | Strategy::QuerySplit => {
             Region::rows(0, j * shard, shard)
         }
-        Strategy::Sequential | Strategy::Chunked(_) => {
+        Strategy::Sequential | Strategy::Bulk | Strategy::Chunked(_) => {
             let p = shard / blocks(strategy, ranks);
             Region::strided(0, j * p, p * n, ranks, shard)
         }
@@ -75,14 +116,15 @@ pub fn block_region(strategy: Strategy, ranks: u32, tokens: u64, j: u64) -> Regi
 /// One buffer per rank.
 pub fn per_rank(
     b: &mut PlanBuilder,
+    st: &RankStreams,
     name: &str,
     rows: u64,
     cols: u64,
     dtype: crate::scenario::DType,
     init: impl Fn(u64) -> BufInit,
 ) -> Vec<BufId> {
-    (0..b.ranks())
-        .map(|r| b.buffer(r, name, rows, cols, dtype, init(r as u64)))
+    (0..st.len())
+        .map(|i| b.buffer(st.ranks[i], name, rows, cols, dtype, init(i as u64)))
         .collect()
 }
 
@@ -120,14 +162,14 @@ fn ring_step(
     let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
     let l = b.launch_fused(st.comm[r as usize], fused);
     let send = OpKind::Send {
-        peer: next as u32,
+        peer: st.ranks[next as usize],
         bytes: piece,
         tag: tags[r as usize],
     };
     let s = b.add(l, send, send_deps, send_tag)?;
     b.set_io(s, OpIo::Send { src: io.0 });
     let recv = OpKind::Recv {
-        peer: prev as u32,
+        peer: st.ranks[prev as usize],
         bytes: piece,
         tag: tags[prev as usize],
         accumulate,
@@ -157,14 +199,14 @@ fn exchange_step(
     let (to, from) = ((r + 1 + i) % n, (r + 2 * n - 1 - i) % n);
     let l = b.launch(st.comm[r as usize]);
     let send = OpKind::Send {
-        peer: to as u32,
+        peer: st.ranks[to as usize],
         bytes: piece,
         tag: tags[r as usize],
     };
     let s = b.add(l, send, send_deps, send_tag)?;
     b.set_io(s, OpIo::Send { src: io.0 });
     let recv = OpKind::Recv {
-        peer: from as u32,
+        peer: st.ranks[from as usize],
         bytes: piece,
         tag: tags[from as usize],
         accumulate: false,
@@ -190,15 +232,15 @@ fn ring(
     first: &[Option<OpId>],
     region: &dyn Fn(u64, u64) -> Region,
 ) -> Result<Vec<Option<OpId>>, StrategyError> {
-    let n = b.ranks() as u64;
+    let n = st.len() as u64;
     let mut last = vec![None; n as usize];
     if n <= 1 {
         return Ok(last);
     }
     let off = u64::from(accumulate);
     for k in 0..n - 1 {
-        let tags: Vec<u64> = (0..n).map(|_| b.msg_tag()).collect();
-        for r in 0..n {
+        let tags = st.step_tags(b);
+        for r in 0..st.held as u64 {
             let d = if k == 0 {
                 deps(first[r as usize])
             } else {
@@ -254,17 +296,21 @@ pub fn ag_gemm(
     width: u64,
     after: &[Option<OpId>],
 ) -> Result<Blocks, StrategyError> {
+    st.whole(site_name, strategy)?;
     let site = b.site(site_name);
     let n = s.ranks as u64;
     let nb = blocks(strategy, s.ranks);
     let rows = s.tokens / nb;
     let shard = s.tokens / n;
-    let x = per_rank(b, "x", s.tokens, s.hidden, s.dtype, |r| BufInit::Global {
-        row0: r * shard,
-        rows: shard,
+    let x = per_rank(b, st, "x", s.tokens, s.hidden, s.dtype, |r| {
+        BufInit::Global {
+            row0: r * shard,
+            rows: shard,
+        }
     });
     let w = per_rank(
         b,
+        st,
         &format!("w_{site_name}"),
         s.hidden,
         width / n,
@@ -273,6 +319,7 @@ pub fn ag_gemm(
     );
     let y = per_rank(
         b,
+        st,
         &format!("y_{site_name}"),
         s.tokens,
         width / n,
@@ -299,7 +346,7 @@ pub fn ag_gemm(
     };
     let mut out = Blocks::inputs_ready(strategy, s.ranks, s.tokens, y.clone());
     match strategy {
-        Strategy::Sequential | Strategy::Chunked(_) => {
+        Strategy::Sequential | Strategy::Bulk | Strategy::Chunked(_) => {
             // Comm-first: gather chunk i, then multiply it while chunk i+1 is gathered.
             let p = rows / n;
             let piece = p * s.hidden * s.dtype.bytes();
@@ -467,6 +514,7 @@ pub fn activation(
     s: &MlpShape,
     input: &Blocks,
 ) -> Result<Blocks, StrategyError> {
+    st.whole(site_name, strategy)?;
     let site = b.site(site_name);
     let n = s.ranks as u64;
     let nb = blocks(strategy, s.ranks);
@@ -478,7 +526,9 @@ pub fn activation(
         kind: EltKind::Activation,
         bytes,
     };
-    let a = per_rank(b, "a", s.tokens, out_width, s.dtype, |_| BufInit::Poison);
+    let a = per_rank(b, st, "a", s.tokens, out_width, s.dtype, |_| {
+        BufInit::Poison
+    });
     let mut out = Blocks::inputs_ready(strategy, s.ranks, s.tokens, a);
     for r in 0..n as usize {
         // Follow the producer's order so the compute stream does not stall.
@@ -559,6 +609,7 @@ pub fn gemm_rs_with(
     let shard = s.tokens / n;
     let w = per_rank(
         b,
+        st,
         &format!("w_{site_name}"),
         s.ffn / n,
         s.hidden,
@@ -567,6 +618,7 @@ pub fn gemm_rs_with(
     );
     let p = per_rank(
         b,
+        st,
         &format!("p_{site_name}"),
         s.tokens,
         s.hidden,
@@ -604,6 +656,7 @@ pub fn gemm_rs_with(
     let staging = |b: &mut PlanBuilder| {
         per_rank(
             b,
+            st,
             &format!("r_{site_name}"),
             s.tokens,
             s.hidden,
@@ -612,16 +665,16 @@ pub fn gemm_rs_with(
         )
     };
     match strategy {
-        Strategy::Sequential | Strategy::Chunked(_) => {
+        Strategy::Sequential | Strategy::Bulk | Strategy::Chunked(_) => {
             // Compute-first: multiply chunk i, then reduce-scatter it while chunk i+1 is
             // multiplied.
             let pr = rows / n;
             let piece = pr * s.hidden * s.dtype.bytes();
             let mut last = vec![None; n as usize];
             for i in 0..nb as usize {
-                let mut done = Vec::with_capacity(n as usize);
-                for r in 0..n as usize {
-                    done.push(Some(gemm_op(b, r, i, tag(site, i as u64, i as u64), None)?));
+                let mut done = vec![None; n as usize];
+                for (r, d) in done.iter_mut().enumerate().take(st.held) {
+                    *d = Some(gemm_op(b, r, i, tag(site, i as u64, i as u64), None)?);
                 }
                 let at =
                     |r: u64, blk: u64| Region::rows(p[r as usize], blk * shard + i as u64 * pr, pr);
@@ -634,6 +687,7 @@ pub fn gemm_rs_with(
             Ok((p, last))
         }
         Strategy::Direct => {
+            st.whole(site_name, strategy)?;
             // Direct-to-owner RS: step i computes the partial for owner (r + 1 + i) mod N
             // (own slice last) and sends it straight there; the partial from r−1−i
             // lands in slot r−1−i of `r_<site>`. After the exchanges the owner adds the
@@ -730,7 +784,8 @@ pub fn gemm_rs_with(
             let at = |buf: BufId, j: u64| Region::rows(buf, j * shard, shard);
             let mut partial = vec![vec![0 as OpId; n as usize]; n as usize];
             let upfront = if barrier { 1 } else { n };
-            for r in 0..n {
+            let held = st.held as u64;
+            for r in 0..held {
                 for k in 0..upfront {
                     let j = slice(r, k);
                     let extra = before(b, r as usize, j)?;
@@ -740,11 +795,11 @@ pub fn gemm_rs_with(
             }
             // What rank r's send at step k carries: the partial (k = 0) or the sum, both
             // in `p` (the sum is added in place).
-            let mut carry: Vec<OpId> = (0..n as usize).map(|r| partial[r][0]).collect();
+            let mut carry: Vec<OpId> = (0..held as usize).map(|r| partial[r][0]).collect();
             for k in 0..n.saturating_sub(1) {
-                let tags: Vec<u64> = (0..n).map(|_| b.msg_tag()).collect();
-                let mut recvs = Vec::with_capacity(n as usize);
-                for r in 0..n {
+                let tags = st.step_tags(b);
+                let mut recvs = Vec::with_capacity(held as usize);
+                for r in 0..held {
                     let ru = r as usize;
                     recvs.push(ring_step(
                         b,
@@ -760,7 +815,7 @@ pub fn gemm_rs_with(
                         false,
                     )?);
                 }
-                for r in 0..n as usize {
+                for r in 0..held as usize {
                     let j = slice(r as u64, k + 1);
                     if barrier {
                         let t = tag(site, k + 1, j);
@@ -782,7 +837,9 @@ pub fn gemm_rs_with(
                     );
                 }
             }
-            Ok((p, carry.into_iter().map(Some).collect()))
+            let mut done: Vec<Option<OpId>> = carry.into_iter().map(Some).collect();
+            done.resize(n as usize, None);
+            Ok((p, done))
         }
     }
 }

@@ -119,7 +119,9 @@ impl Timeline {
             source: Source::Predicted,
             scenario: scenario.to_string(),
             strategy: strategy.to_string(),
-            ranks: plan.ranks,
+            // A symmetric plan's timeline holds its representative ranks (whose model
+            // FLOPs the plan counts), which stand for all.
+            ranks: plan.symmetry.unwrap_or(plan.ranks),
             streams: plan.streams.clone(),
             links,
             sites: plan.sites.clone(),

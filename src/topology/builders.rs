@@ -273,6 +273,28 @@ impl Topology {
             }
         }
         let topo = Topology::from_parts(name, devices, links)?;
+        if leaves == 1 {
+            // Every node under one leaf per rail: moving every node by one (leaves and
+            // spine fixed) is a symmetry.
+            let mut perm = Vec::with_capacity((n * (2 * g + 1) + 1 + g) as usize);
+            for node in 0..n {
+                for i in 0..g {
+                    perm.push((((node + 1) % n) * g + i) as u32);
+                }
+            }
+            let base = n * g;
+            for node in 0..n {
+                for j in 0..=g {
+                    perm.push((base + ((node + 1) % n) * (g + 1) + j) as u32);
+                }
+            }
+            let rest = base + n * (g + 1);
+            perm.extend((rest..rest + 1 + g).map(|d| d as u32));
+            return Ok(topo.with_rotation(Rotation {
+                gpu_shift: g as u32,
+                perm,
+            }));
+        }
         if n % s.nodes_per_leaf != 0 {
             return Ok(topo);
         }

@@ -176,6 +176,16 @@ mod tests {
         // A partial last leaf group breaks the symmetry: no rotation is recorded.
         let t = Topology::rail_fat_tree("f", &RailFatTreeSpec { nodes: 5, ..s }).unwrap();
         assert!(t.link_orbits().unwrap().is_none());
+        // One leaf per rail for all nodes: a node is the unit of rotation.
+        let one = RailFatTreeSpec {
+            nodes_per_leaf: 8,
+            ..s
+        };
+        for nodes in [3, 5, 8] {
+            let t = Topology::rail_fat_tree("f", &RailFatTreeSpec { nodes, ..one }).unwrap();
+            let o = t.link_orbits().unwrap().unwrap();
+            assert_eq!((o.shift, o.order), (4, nodes as u32));
+        }
     }
 
     #[test]

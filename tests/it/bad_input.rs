@@ -382,6 +382,43 @@ fn cases(d: &Path) -> Vec<Case> {
             says: vec![s("parallel.tp"), s("6 kv heads")],
         },
         Case {
+            name: "layer: tp × dp more ranks than the machine",
+            args: sim(&["--workload", "layer", "--tp", "4", "--dp", "4"]),
+            code: 2,
+            says: vec![s("tp × dp × ulysses = 4 × 4 × 1 = 16 ranks"), s("8 GPUs")],
+        },
+        Case {
+            name: "layer: a data-parallel strategy the dp site does not have",
+            args: sim(&[
+                "--workload",
+                "layer",
+                "--tp",
+                "4",
+                "--dp",
+                "2",
+                "--site",
+                "dp=chunked:2",
+            ]),
+            code: 2,
+            says: vec![
+                s("sites.dp"),
+                s("chunked:2"),
+                s("sequential, bulk or flash"),
+            ],
+        },
+        Case {
+            name: "data parallelism on a one-block workload",
+            args: sim(&["--workload", "mlp", "--tp", "4", "--dp", "2"]),
+            code: 2,
+            says: vec![s("parallel.dp"), s("one tensor-parallel group")],
+        },
+        Case {
+            name: "unknown rank order",
+            args: sim(&["--workload", "layer", "--rank-order", "zigzag"]),
+            code: 2,
+            says: vec![s("parallel.order"), s("zigzag"), s("tp-inner, dp-inner")],
+        },
+        Case {
             name: "step: micro-batches zero",
             args: sim(&["--workload", "step", "--micro-batches", "0"]),
             code: 2,

@@ -132,9 +132,9 @@ fn validate_skips_runs_whose_ranks_shared_a_gpu_and_names_bad_dirs() {
 
 fn calibration_json(dir: &Path) -> std::path::PathBuf {
     // Synthetic measurements: a GPU exactly like the model with efficiency 0.7 and
-    // k_half 256.
+    // k_half 256 (shapes of at least one full wave, where the model never splits K).
     let mut gemms = Vec::new();
-    for &m in &[1024u64, 4096, 16384] {
+    for &m in &[4096u64, 16384, 32768] {
         for &n in &[2048u64, 8192] {
             for &k in &[2048u64, 8192] {
                 gemms.push((m, n, k));

@@ -74,12 +74,13 @@ fn critical_path(plan: &Plan, gpu: &GpuSpec, transfer: impl Fn(u64) -> f64) -> f
     }
 }
 
-fn scenario(workload: Workload, gbps: f64, free_compute: bool) -> Scenario {
+fn scenario(workload: Workload, gbps: f64, free_compute: bool, dp: u64) -> Scenario {
     let mut sc = config::load_scenario("default").unwrap();
     sc.model = config::load_model("llama-3-8b", None).unwrap();
     sc.model.layers = 2;
     sc.workload = workload;
     sc.parallel.tp = 4;
+    sc.parallel.dp = dp;
     sc.batch = 1;
     sc.seq = 2048;
     sc.interference = false;
@@ -105,8 +106,9 @@ fn scenario(workload: Workload, gbps: f64, free_compute: bool) -> Scenario {
     sc
 }
 
-const STRATEGIES: [Strategy; 7] = [
+const STRATEGIES: [Strategy; 8] = [
     Strategy::Sequential,
+    Strategy::Bulk,
     Strategy::Chunked(2),
     Strategy::Chunked(4),
     Strategy::Flash,
@@ -124,15 +126,20 @@ fn opts() -> SimOptions {
 
 #[test]
 fn with_communication_free_the_time_is_the_compute_critical_path() {
-    for w in [Workload::Layer, Workload::Step] {
-        let sc = scenario(w, 1e290, false);
+    for (w, dp) in [
+        (Workload::Layer, 1),
+        (Workload::Step, 1),
+        (Workload::Layer, 2),
+        (Workload::Step, 2),
+    ] {
+        let sc = scenario(w, 1e290, false, dp);
         for s in STRATEGIES {
             let r = run_strategy(&sc, s, &opts()).unwrap();
             let want = critical_path(&r.plan, &sc.hardware.gpu, |_| 0.0);
             let got = r.metrics.makespan;
             assert!(
                 (got - want).abs() <= 1e-9 * want,
-                "{w:?} {s}: simulated {got} vs compute critical path {want}"
+                "{w:?} dp {dp} {s}: simulated {got} vs compute critical path {want}"
             );
         }
     }
@@ -141,15 +148,20 @@ fn with_communication_free_the_time_is_the_compute_critical_path() {
 #[test]
 fn with_compute_free_the_time_is_the_communication_critical_path() {
     let gbps = 100.0;
-    for w in [Workload::Layer, Workload::Step] {
-        let sc = scenario(w, gbps, true);
+    for (w, dp) in [
+        (Workload::Layer, 1),
+        (Workload::Step, 1),
+        (Workload::Layer, 2),
+        (Workload::Step, 2),
+    ] {
+        let sc = scenario(w, gbps, true, dp);
         for s in STRATEGIES {
             let r = run_strategy(&sc, s, &opts()).unwrap();
             let want = critical_path(&r.plan, &sc.hardware.gpu, |b| b as f64 / (gbps * 1e9));
             let got = r.metrics.makespan;
             assert!(
                 (got - want).abs() <= 1e-9 * want,
-                "{w:?} {s}: simulated {got} vs communication critical path {want}"
+                "{w:?} dp {dp} {s}: simulated {got} vs communication critical path {want}"
             );
             // And it is all communication: compute is a vanishing share.
             assert!(r.metrics.compute < 1e-6 * got, "{w:?} {s}");
@@ -219,4 +231,179 @@ fn query_split_hides_the_projection_rs_behind_attention() {
         "query-split exposes {eq} at fwd.proj, flash {ef}"
     );
     assert!(tq <= tf, "{tq} vs {tf}");
+}
+
+/// A step of tp 2 × dp 4 on a rail fabric of 4 nodes × 2 GPUs in leaf groups of 2
+/// nodes: the topology turns by one leaf group (4 GPUs = 2 replicas), so a symmetric
+/// plan holds 2 of the 4 replicas. It must give the full plan's times.
+#[test]
+fn a_symmetric_data_parallel_step_equals_the_full_one() {
+    use flashoverlap::exec::sim;
+    use flashoverlap::strategy::build_with;
+    let mut sc = config::load_scenario("default").unwrap();
+    sc.model = config::load_model("llama-3-8b", None).unwrap();
+    sc.model.layers = 2;
+    sc.workload = Workload::Step;
+    sc.parallel.tp = 2;
+    sc.parallel.dp = 4;
+    sc.batch = 1;
+    sc.seq = 1024;
+    sc.hardware = config::load_hardware_nodes("dgx-h100", None, Some(4)).unwrap();
+    sc.hardware.topology = Topology::rail_fat_tree(
+        "rail",
+        &flashoverlap::topology::RailFatTreeSpec {
+            nodes: 4,
+            gpus_per_node: 2,
+            nodes_per_leaf: 2,
+            nvlink: LinkSpec {
+                bandwidth: 370e9,
+                latency: 0.5e-6,
+            },
+            nic: LinkSpec {
+                bandwidth: 48e9,
+                latency: 1e-6,
+            },
+            spine_latency: 1e-6,
+            oversubscription: 2.0,
+        },
+    )
+    .unwrap();
+    let o = opts().for_scenario(&sc);
+    for s in [Strategy::Sequential, Strategy::Bulk, Strategy::Flash] {
+        let full = build_with(&sc, sc.workload, s, false).unwrap();
+        let sym = build_with(&sc, sc.workload, s, true).unwrap();
+        assert_eq!(sym.symmetry, Some(4), "{s}");
+        assert_eq!(full.symmetry, None);
+        assert_eq!(
+            2 * sym.op_count(),
+            full.op_count(),
+            "{s}: half the replicas"
+        );
+        let a = sim::simulate(&full, &sc.hardware, &o).unwrap();
+        let b = sim::simulate(&sym, &sc.hardware, &o).unwrap();
+        let end = |r: &sim::SimResult| r.times.iter().map(|t| t.end).fold(0.0, f64::max);
+        let (x, y) = (end(&a), end(&b));
+        assert!((x - y).abs() <= 1e-9 * x, "{s}: full {x} vs symmetric {y}");
+        // Through `simulate`'s path (symmetric where possible), the same metrics.
+        let r = run_strategy(&sc, s, &opts()).unwrap();
+        assert!((r.metrics.makespan - x).abs() <= 1e-9 * x, "{s}");
+    }
+}
+
+/// Rank mapping on 8 GPUs × 4 nodes, tp 8 × dp 4: with `tp-inner` every tensor-parallel
+/// message stays in its node (over the NVSwitch) and every data-parallel one crosses to
+/// another node, to the GPU of the same local index (its rail); `dp-inner` turns that
+/// around.
+#[test]
+fn tensor_groups_sit_in_a_node_and_data_parallelism_spans_nodes() {
+    use flashoverlap::scenario::RankOrder;
+    use flashoverlap::strategy::build_with;
+    let mut sc = config::load_scenario("default").unwrap();
+    sc.model = config::load_model("llama-3-8b", None).unwrap();
+    sc.workload = Workload::Layer;
+    sc.parallel.tp = 8;
+    sc.parallel.dp = 4;
+    sc.batch = 1;
+    sc.seq = 2048;
+    sc.hardware = config::load_hardware_nodes("dgx-h100", None, Some(4)).unwrap();
+    assert_eq!(sc.hardware.topology.gpu_count(), 32);
+    for order in [RankOrder::TpInner, RankOrder::DpInner] {
+        sc.parallel.order = order;
+        let plan = build_with(&sc, sc.workload, Strategy::Flash, false).unwrap();
+        assert_eq!(plan.ranks, 32);
+        let (mut tp_msgs, mut tp_cross, mut dp_msgs) = (0, 0, 0);
+        for o in &plan.ops {
+            let OpKind::Send { peer, .. } = o.kind else {
+                continue;
+            };
+            let same_node = o.rank / 8 == peer / 8;
+            match plan.streams[o.stream as usize].name.as_str() {
+                "comm" => {
+                    tp_msgs += 1;
+                    tp_cross += usize::from(!same_node);
+                }
+                "dp-comm" => {
+                    dp_msgs += 1;
+                    // dp-inner: the 4 replicas of a tensor shard on consecutive GPUs
+                    // of one node.
+                    assert_eq!(same_node, order == RankOrder::DpInner, "{order:?} dp");
+                    if order == RankOrder::TpInner {
+                        assert_eq!(o.rank % 8, peer % 8, "same rail");
+                    }
+                }
+                other => panic!("a send on stream {other}"),
+            }
+        }
+        assert!(tp_msgs > 0 && dp_msgs > 0);
+        match order {
+            RankOrder::TpInner => assert_eq!(tp_cross, 0, "tp-inner: no tp message leaves a node"),
+            // dp-inner puts 2 of a tensor group's 8 ranks on each node.
+            RankOrder::DpInner => assert!(tp_cross > 0),
+        }
+        // The tensor-parallel traffic of tp-inner never leaves the NVSwitch: the run is
+        // faster than with dp-inner, whose tensor-parallel messages cross the NICs.
+    }
+    sc.parallel.order = RankOrder::TpInner;
+    let inner = run_strategy(&sc, Strategy::Flash, &opts()).unwrap().metrics;
+    sc.parallel.order = RankOrder::DpInner;
+    let outer = run_strategy(&sc, Strategy::Flash, &opts()).unwrap().metrics;
+    assert!(
+        inner.makespan < outer.makespan,
+        "{} vs {}",
+        inner.makespan,
+        outer.makespan
+    );
+}
+
+/// Data-parallel strategies on a step: bucketed (`bulk`) hides most of the gradient
+/// reduce-scatter that `sequential` leaves after the backward, and every strategy moves
+/// the same data-parallel bytes (a ring all-gather of the parameters and a
+/// reduce-scatter of the gradients per layer, each (dp − 1)/dp of the layer per rank).
+#[test]
+fn data_parallel_strategies_move_the_same_bytes_and_bulk_overlaps() {
+    let mut sc = config::load_scenario("default").unwrap();
+    sc.model = config::load_model("llama-3-8b", None).unwrap();
+    sc.model.layers = 4;
+    sc.workload = Workload::Step;
+    sc.parallel.tp = 8;
+    sc.parallel.dp = 4;
+    sc.batch = 1;
+    sc.seq = 4096;
+    sc.hardware = config::load_hardware_nodes("dgx-h100", None, Some(4)).unwrap();
+    let mut exposed = Vec::new();
+    let mut bytes = Vec::new();
+    for s in [Strategy::Sequential, Strategy::Bulk, Strategy::Flash] {
+        let mut sites = std::collections::BTreeMap::new();
+        sites.insert("dp".to_string(), s);
+        sc.site_strategies = sites;
+        let r = run_strategy(&sc, Strategy::Sequential, &opts()).unwrap();
+        let dp_bytes: u64 = r
+            .plan
+            .ops
+            .iter()
+            .filter(|o| r.plan.streams[o.stream as usize].name == "dp-comm")
+            .filter_map(|o| match o.kind {
+                OpKind::Send { bytes, .. } => Some(bytes),
+                _ => None,
+            })
+            .sum();
+        // A symmetric plan holds some replicas; each stands for world / held ranks.
+        let held = r.plan.symmetry.unwrap_or(r.plan.ranks) as u64;
+        bytes.push(dp_bytes * r.plan.ranks as u64 / held);
+        exposed.push(r.metrics.makespan);
+    }
+    let p = flashoverlap::strategy::layer::LayerShape::of(&sc);
+    let per_rank_layer = p.layer_params() / 8 * 2; // bf16, tp 8
+    let head = p.vocab * p.hidden / 8 * 2;
+    // Per rank: (dp−1)/dp of each layer's shard for the AG and for the RS, and of the head's.
+    let want = 32 * (4 * 2 * per_rank_layer + head) * 3 / 4;
+    assert_eq!(bytes[0], want, "sequential");
+    assert_eq!(bytes[1], want, "bulk");
+    assert_eq!(bytes[2], want, "flash");
+    assert!(
+        exposed[1] < exposed[0],
+        "bulk {} vs sequential {}",
+        exposed[1],
+        exposed[0]
+    );
 }

@@ -1055,6 +1055,24 @@ fn symmetric_plans_reproduce_the_full_simulation() {
         },
     )
     .unwrap();
+    // One leaf per rail for all 3 nodes: rotation by a node.
+    let mut one_leaf = rail.clone();
+    one_leaf.topology = Topology::rail_fat_tree(
+        "rail-1leaf",
+        &crate::topology::RailFatTreeSpec {
+            nodes: 3,
+            gpus_per_node: 2,
+            nodes_per_leaf: 4,
+            nvlink: link,
+            nic: LinkSpec {
+                bandwidth: 48e9,
+                latency: 1e-6,
+            },
+            spine_latency: 1e-6,
+            oversubscription: 1.0,
+        },
+    )
+    .unwrap();
     let cases: &[(C, A)] = &[
         (C::AllReduce, A::Ring),
         (C::AllGather, A::Ring),
@@ -1063,7 +1081,7 @@ fn symmetric_plans_reproduce_the_full_simulation() {
         (C::AllToAll, A::Pairwise),
         (C::SendRecv, A::Direct),
     ];
-    for hw in [&ring, &nvs, &mesh, &rail] {
+    for hw in [&ring, &nvs, &mesh, &rail, &one_leaf] {
         let n = hw.topology.gpu_count() as u32;
         for &(op, algorithm) in cases {
             for chunks in [1, 4] {

@@ -374,11 +374,18 @@ impl Parallel {
         self.tp * self.dp * self.ulysses
     }
 
-    /// The plan rank of tensor rank `t` of data-parallel replica `d`.
+    /// The plan rank of tensor rank `t` of data-parallel replica `d` (Ulysses rank 0).
     pub fn rank_of(&self, d: u64, t: u64) -> u64 {
+        self.rank_of3(d, 0, t)
+    }
+
+    /// The plan rank of tensor rank `t`, Ulysses rank `j`, data-parallel replica `d`:
+    /// tp fastest, then Ulysses, then dp (`tp-inner`), or dp fastest, then Ulysses, then
+    /// tp (`dp-inner`).
+    pub fn rank_of3(&self, d: u64, j: u64, t: u64) -> u64 {
         match self.order {
-            RankOrder::TpInner => d * self.tp + t,
-            RankOrder::DpInner => t * self.dp + d,
+            RankOrder::TpInner => (d * self.ulysses + j) * self.tp + t,
+            RankOrder::DpInner => (t * self.ulysses + j) * self.dp + d,
         }
     }
 }
@@ -452,6 +459,11 @@ pub enum Strategy {
     /// with the backward of the layers before it (and its parameter all-gather
     /// prefetched a layer ahead). At a tensor-parallel site it is `sequential`.
     Bulk,
+    /// Ulysses with its all-to-alls decomposed and overlapped: the pre-attention
+    /// all-to-all sent block by block as the QKV GEMM produces them, the post-attention
+    /// one chunk by chunk as the attention of each destination's query chunk finishes.
+    /// At every tensor-parallel site it is `flash`.
+    FlashA2a,
 }
 
 impl Strategy {
@@ -463,6 +475,7 @@ impl Strategy {
             "permute-loop" => Ok(Strategy::PermuteLoop),
             "query-split" => Ok(Strategy::QuerySplit),
             "bulk" => Ok(Strategy::Bulk),
+            "flash-a2a" => Ok(Strategy::FlashA2a),
             other => {
                 if let Some(k) = other.strip_prefix("chunked:") {
                     match k.parse::<u32>() {
@@ -475,7 +488,7 @@ impl Strategy {
                     Err("`chunked` needs a chunk count, e.g. chunked:4".into())
                 } else {
                     Err(format!(
-                        "unknown strategy `{other}` (known: sequential, chunked:K, flash, direct, permute-loop, query-split, bulk)"
+                        "unknown strategy `{other}` (known: sequential, chunked:K, flash, direct, permute-loop, query-split, bulk, flash-a2a)"
                     ))
                 }
             }
@@ -493,6 +506,7 @@ impl fmt::Display for Strategy {
             Strategy::PermuteLoop => f.write_str("permute-loop"),
             Strategy::QuerySplit => f.write_str("query-split"),
             Strategy::Bulk => f.write_str("bulk"),
+            Strategy::FlashA2a => f.write_str("flash-a2a"),
         }
     }
 }

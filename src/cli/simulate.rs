@@ -34,6 +34,9 @@ pub struct Args {
     /// Data-parallel degree (workloads `layer` and `step`).
     #[arg(long, value_parser = parse_count)]
     pub dp: Option<i64>,
+    /// Ulysses (sequence-parallel attention) degree (workloads `layer` and `step`).
+    #[arg(long, value_parser = parse_count)]
+    pub ulysses: Option<i64>,
     /// How ranks map onto GPUs: `tp-inner` (a tensor-parallel group on consecutive
     /// GPUs, inside a node; data parallelism across nodes) or `dp-inner`.
     #[arg(long)]
@@ -185,6 +188,10 @@ pub fn scenario_and_file(
     if let Some(v) = a.dp {
         f.parallel.dp = v;
         set("parallel.dp", "--dp");
+    }
+    if let Some(v) = a.ulysses {
+        f.parallel.ulysses = v;
+        set("parallel.ulysses", "--ulysses");
     }
     if let Some(v) = &a.rank_order {
         f.parallel.order = v.clone();

@@ -553,27 +553,40 @@ pub fn scenario_from_file(
         ));
     }
     let whole = matches!(workload, Workload::Layer | Workload::Step);
-    let mut unsupported = vec![("parallel.ulysses", ulysses)];
     if !whole {
-        unsupported.push(("parallel.dp", dp));
-    }
-    for (key, v) in unsupported {
-        if v != 1 {
-            return Err(ConfigError::invalid(
-                &at(key),
-                key,
-                v,
-                format!(
-                    "workload `{}` simulates {}; only 1 is supported",
-                    workload.name(),
-                    if whole {
-                        "tensor and data parallelism (no Ulysses yet)"
-                    } else {
-                        "one tensor-parallel group"
-                    }
-                ),
-            ));
+        for (key, v) in [("parallel.ulysses", ulysses), ("parallel.dp", dp)] {
+            if v != 1 {
+                return Err(ConfigError::invalid(
+                    &at(key),
+                    key,
+                    v,
+                    format!(
+                        "workload `{}` simulates one tensor-parallel group; only 1 is supported (layer and step take dp and ulysses)",
+                        workload.name()
+                    ),
+                ));
+            }
         }
+    }
+    if ulysses > 1 && model.heads % (tp * ulysses) != 0 {
+        return Err(ConfigError::invalid(
+            &at("parallel.ulysses"),
+            "parallel.ulysses",
+            ulysses,
+            format!(
+                "tp × ulysses = {} must divide the model's {} attention heads",
+                tp * ulysses,
+                model.heads
+            ),
+        ));
+    }
+    if ulysses > 1 && seq % ulysses != 0 {
+        return Err(ConfigError::invalid(
+            &at("parallel.ulysses"),
+            "parallel.ulysses",
+            ulysses,
+            format!("must divide the sequence length ({seq})"),
+        ));
     }
     if model.heads % tp != 0 {
         return Err(ConfigError::invalid(
@@ -600,13 +613,14 @@ pub fn scenario_from_file(
     }
     let micro_batches = positive(&at("micro_batches"), "micro_batches", s.micro_batches)?;
     if whole {
-        if model.kv_heads % tp != 0 && tp % model.kv_heads != 0 {
+        let heads_split = tp * ulysses;
+        if model.kv_heads % heads_split != 0 && heads_split % model.kv_heads != 0 {
             return Err(ConfigError::invalid(
                 &at("parallel.tp"),
                 "parallel.tp",
                 tp,
                 format!(
-                    "the model's {} kv heads cannot be split over tp = {tp} (kv heads must be a multiple of tp, or tp of kv heads)",
+                    "the model's {} kv heads cannot be split over tp × ulysses = {heads_split} (kv heads must be a multiple of it, or it of kv heads)",
                     model.kv_heads
                 ),
             ));
@@ -697,6 +711,14 @@ pub fn scenario_from_file(
         }
         let st = Strategy::parse(name)
             .map_err(|reason| ConfigError::invalid(&at("sites"), &k, name, reason))?;
+        if key == "a2a" && !matches!(st, Strategy::Sequential | Strategy::FlashA2a) {
+            return Err(ConfigError::invalid(
+                &at("sites"),
+                &k,
+                name,
+                "the Ulysses all-to-all site runs sequential or flash-a2a",
+            ));
+        }
         if key == "dp" && !matches!(st, Strategy::Sequential | Strategy::Bulk | Strategy::Flash) {
             return Err(ConfigError::invalid(
                 &at("sites"),
@@ -757,6 +779,7 @@ pub fn scenario_from_file(
                 dtype,
                 dp: dp as u32,
                 order,
+                ulysses: ulysses as u32,
             };
             if workload == Workload::Layer {
                 ls.layers = 1;

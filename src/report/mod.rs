@@ -211,6 +211,7 @@ pub struct RankMap {
     pub world: u64,
     pub tp: u64,
     pub dp: u64,
+    pub ulysses: u64,
     pub order: String,
     /// The ranks of tensor-parallel group `d` and of data-parallel group `t`, as formulas
     /// and as the first groups spelled out.
@@ -222,34 +223,42 @@ pub struct RankMap {
 
 pub fn rank_map(sc: &Scenario) -> Option<RankMap> {
     let p = &sc.parallel;
-    if p.dp <= 1 {
+    if p.dp <= 1 && p.ulysses <= 1 {
         return None;
     }
+    let (tp, u, dp) = (p.tp, p.ulysses, p.dp);
     let (tp_group, dp_group) = match p.order {
         crate::scenario::RankOrder::TpInner => (
-            format!("replica d: ranks {}·d .. {}·d + {}", p.tp, p.tp, p.tp - 1),
-            format!("tensor rank t: ranks t + {}·d, d = 0..{}", p.tp, p.dp - 1),
+            format!(
+                "(replica d, Ulysses rank j): ranks {tp}·(d·{u} + j) .. {tp}·(d·{u} + j) + {}",
+                tp - 1
+            ),
+            format!(
+                "tensor rank t: ranks t + {tp}·g over the {} groups g = d·{u} + j",
+                dp * u
+            ),
         ),
         crate::scenario::RankOrder::DpInner => (
-            format!("replica d: ranks d + {}·t, t = 0..{}", p.dp, p.tp - 1),
             format!(
-                "tensor rank t: ranks {}·t .. {}·t + {}",
-                p.dp,
-                p.dp,
-                p.dp - 1
+                "(replica d, Ulysses rank j): ranks {dp}·(t·{u} + j) + d, t = 0..{}",
+                tp - 1
             ),
+            format!("tensor rank t: ranks {dp}·(t·{u} + j) + d over every d and j"),
         ),
     };
     let cap = 16;
     Some(RankMap {
         world: p.world(),
-        tp: p.tp,
-        dp: p.dp,
+        tp,
+        dp,
+        ulysses: u,
         order: p.order.name().into(),
         tp_group,
         dp_group,
-        first_tp_group: (0..p.tp.min(cap)).map(|t| p.rank_of(0, t)).collect(),
-        first_dp_group: (0..p.dp.min(cap)).map(|d| p.rank_of(d, 0)).collect(),
+        first_tp_group: (0..tp.min(cap)).map(|t| p.rank_of(0, t)).collect(),
+        first_dp_group: (0..(dp * u).min(cap))
+            .map(|g| p.rank_of3(g / u, g % u, 0))
+            .collect(),
     })
 }
 
@@ -321,9 +330,10 @@ pub fn table(sc: &Scenario, run: &ScenarioRun) -> String {
     if let Some(m) = rank_map(sc) {
         let held = run.runs.first().and_then(|r| r.plan.symmetry);
         out.push_str(&format!(
-            "ranks: {} = tp {} x dp {} ({}); tp group of {}; dp group of {}{}\n",
+            "ranks: {} = tp {} x ulysses {} x dp {} ({}); tp group {}; gradient-sync group of {}{}\n",
             m.world,
             m.tp,
+            m.ulysses,
             m.dp,
             m.order,
             m.tp_group,

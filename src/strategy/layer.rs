@@ -36,9 +36,9 @@ use std::collections::BTreeMap;
 /// `fc2`, `head`: its forward AG+GEMM or GEMM+RS and its backward dgrad), or one phase
 /// (`fwd.fc2`, `bwd.fc1`, …). A phase key wins over a unit key, which wins over the run's
 /// strategy.
-pub const SITE_KEYS: [&str; 16] = [
+pub const SITE_KEYS: [&str; 17] = [
     "qkv", "proj", "fc1", "fc2", "head", "fwd.qkv", "fwd.proj", "fwd.fc1", "fwd.fc2", "fwd.head",
-    "bwd.qkv", "bwd.proj", "bwd.fc1", "bwd.fc2", "bwd.head", "dp",
+    "bwd.qkv", "bwd.proj", "bwd.fc1", "bwd.fc2", "bwd.head", "dp", "a2a",
 ];
 
 /// What one tensor-parallel group computes, as its ranks see it.
@@ -60,6 +60,10 @@ pub struct LayerShape {
     /// Data-parallel replicas of the tensor-parallel group, and how ranks map to GPUs.
     pub dp: u32,
     pub order: RankOrder,
+    /// Ulysses degree: each tensor-parallel group holds seq/ulysses of every sequence
+    /// and all-to-alls around the attention give each rank heads/(tp·ulysses) heads of
+    /// the whole sequence.
+    pub ulysses: u32,
 }
 
 impl LayerShape {
@@ -80,11 +84,24 @@ impl LayerShape {
             dtype: sc.dtype,
             dp: sc.parallel.dp as u32,
             order: sc.parallel.order,
+            ulysses: sc.parallel.ulysses as u32,
         }
     }
 
+    /// Tokens one tensor-parallel group works on: batch · seq / ulysses.
     pub fn tokens(&self) -> u64 {
+        self.batch * self.seq / self.ulysses.max(1) as u64
+    }
+
+    /// Tokens of one data-parallel replica (every Ulysses rank's): batch · seq.
+    pub fn replica_tokens(&self) -> u64 {
         self.batch * self.seq
+    }
+
+    /// Ranks whose gradients are averaged: the data-parallel replicas times the Ulysses
+    /// ranks (each holds the same weights and a different part of the sequence).
+    pub fn sync(&self) -> u32 {
+        self.dp * self.ulysses.max(1)
     }
 
     pub fn head_dim(&self) -> u64 {
@@ -112,14 +129,14 @@ impl LayerShape {
     /// Model FLOPs of one layer forward + backward for one micro-batch (see the module
     /// doc): 6·P·T + 6·h·T·(s+1).
     pub fn layer_model_flops(&self) -> f64 {
-        let t = self.tokens() as f64;
+        let t = self.replica_tokens() as f64;
         6.0 * self.layer_params() as f64 * t
             + 6.0 * self.hidden as f64 * t * (self.seq as f64 + 1.0)
     }
 
     /// Model FLOPs of a step: layers, the LM head (6·V·h·T), every micro-batch.
     pub fn step_model_flops(&self) -> f64 {
-        let t = self.tokens() as f64;
+        let t = self.replica_tokens() as f64;
         let head = 6.0 * self.vocab as f64 * self.hidden as f64 * t;
         self.micro_batches as f64 * (self.layers as f64 * self.layer_model_flops() + head)
     }
@@ -166,6 +183,13 @@ pub fn check_layer(strategy: Strategy, s: &LayerShape, head: bool) -> Result<(),
         check_div(strategy, "tokens per rank", s.tokens() / n, k as u64)?;
     }
     if strategy == Strategy::QuerySplit {
+        if s.ulysses > 1 {
+            return Err(StrategyError::SiteStrategy {
+                site: "fwd.proj",
+                strategy: "query-split with ulysses > 1".into(),
+                known: "every other strategy (Ulysses attention has its own flash-a2a)",
+            });
+        }
         check_div(strategy, "sequence (query slices)", s.seq, n)?;
     }
     Ok(())
@@ -225,9 +249,11 @@ fn block_extent(st: Strategy, ranks: u64, j: u64, den: u64) -> (u64, u64, Option
             let w = den / k as u64;
             (j * w, (j + 1) * w, None)
         }
-        Strategy::Flash | Strategy::Direct | Strategy::PermuteLoop | Strategy::QuerySplit => {
-            (0, den, Some(j % ranks))
-        }
+        Strategy::Flash
+        | Strategy::Direct
+        | Strategy::PermuteLoop
+        | Strategy::QuerySplit
+        | Strategy::FlashA2a => (0, den, Some(j % ranks)),
     }
 }
 
@@ -364,7 +390,7 @@ impl Ctx<'_> {
         k: u64,
         after: &PerRank,
     ) -> Result<PerRank, StrategyError> {
-        let dp = self.s.dp;
+        let dp = self.s.sync();
         let done = if self.sync && dp > 1 && self.dp_strategy() == Strategy::Flash {
             let shape = MlpShape {
                 ranks: dp,
@@ -411,11 +437,11 @@ impl Ctx<'_> {
         piece: u64,
         after: &PerRank,
     ) -> Result<PerRank, StrategyError> {
-        if self.s.dp <= 1 {
+        if self.s.sync() <= 1 {
             return Ok(after.clone());
         }
         let site = self.b.site(site);
-        let (tp, built, dp) = (self.tp(), self.groups.len(), self.s.dp as usize);
+        let (tp, built, dp) = (self.tp(), self.groups.len(), self.s.sync() as usize);
         let mut out = after.clone();
         for t in 0..tp {
             let mut first = vec![None; dp];
@@ -434,7 +460,7 @@ impl Ctx<'_> {
     /// Gradient bytes of one layer per rank and ring step: the layer's parameters over
     /// tp·dp.
     fn grad_piece(&self) -> u64 {
-        self.s.layer_params() / (self.s.ranks as u64 * self.s.dp as u64) * self.s.dtype.bytes()
+        self.s.layer_params() / (self.s.ranks as u64 * self.s.sync() as u64) * self.s.dtype.bytes()
     }
 
     /// Run `f` on each built tensor-parallel group with its slice of `after`; the
@@ -486,8 +512,9 @@ impl Ctx<'_> {
         after: &PerRank,
     ) -> Result<PerRank, StrategyError> {
         let s = self.s;
+        // With Ulysses, heads/(tp·u) heads over the whole sequence.
         let kind = OpKind::Attention(crate::cost::Attention {
-            bh: s.batch * s.heads / s.ranks as u64,
+            bh: s.batch * s.heads / (s.ranks as u64 * s.ulysses.max(1) as u64),
             seq_q: s.seq.min(u32::MAX as u64) as u32,
             seq_kv: s.seq.min(u32::MAX as u64) as u32,
             head_dim: s.head_dim().min(u32::MAX as u64) as u32,
@@ -604,6 +631,238 @@ impl Ctx<'_> {
             sites::bulk_all_gather(b, group, site, piece, a)
         })
     }
+    /// The Ulysses all-to-all's strategy: the `a2a` site key, else `flash-a2a` for
+    /// flash-a2a runs and `sequential` otherwise.
+    fn a2a_strategy(&self) -> Strategy {
+        self.sites
+            .get("a2a")
+            .copied()
+            .unwrap_or(match self.strategy {
+                Strategy::FlashA2a => Strategy::FlashA2a,
+                _ => Strategy::Sequential,
+            })
+    }
+
+    /// Bytes one rank sends each Ulysses peer of its QKV (its tokens, the peer's heads).
+    fn qkv_piece(&self) -> u64 {
+        let s = self.s;
+        let u = s.ulysses as u64;
+        s.tokens() * (s.qkv_width() / s.ranks as u64) / u * s.dtype.bytes()
+    }
+
+    /// Bytes one rank sends each Ulysses peer of the attention output (or its gradient).
+    fn out_piece(&self) -> u64 {
+        let s = self.s;
+        let u = s.ulysses as u64;
+        s.tokens() * (s.hidden / s.ranks as u64) / u * s.dtype.bytes()
+    }
+
+    /// Built-rank index of member `j` of the Ulysses group of replica `d`, tensor rank `t`.
+    fn uidx(&self, d: usize, j: usize, t: usize) -> usize {
+        let (u, tp) = (self.s.ulysses as usize, self.tp());
+        (d * u + j) * tp + t
+    }
+
+    /// An all-to-all over every Ulysses group in u−1 pairwise steps (step i: send `piece`
+    /// bytes to member j+i, receive as many from j−i) on the comm streams, each rank's
+    /// first send after `first[r]`; `fused`: one kernel (NCCL's all-to-all: later steps
+    /// pay the step latency), else one P2P call per step. Returns each rank's last recv.
+    fn a2a(
+        &mut self,
+        site: &str,
+        piece: u64,
+        first: &PerRank,
+        fused: bool,
+    ) -> Result<PerRank, StrategyError> {
+        let site = self.b.site(site);
+        let (u, tp) = (self.s.ulysses as usize, self.tp());
+        let replicas = self.groups.len() / u;
+        let mut out = first.clone();
+        for d in 0..replicas {
+            for t in 0..tp {
+                for i in 1..u {
+                    let tags: Vec<u64> = (0..u).map(|_| self.b.msg_tag()).collect();
+                    for j in 0..u {
+                        let (to, from) = ((j + i) % u, (j + u - i) % u);
+                        let r = self.uidx(d, j, t);
+                        let (rt, rf) = (
+                            self.st.ranks[self.uidx(d, to, t)],
+                            self.st.ranks[self.uidx(d, from, t)],
+                        );
+                        let l = self.b.launch_fused(self.st.comm[r], fused && i > 1);
+                        let deps: Vec<OpId> = if i == 1 {
+                            first[r].into_iter().collect()
+                        } else {
+                            Vec::new()
+                        };
+                        let tg = OpTag {
+                            site,
+                            step: i as u32,
+                            slice: to as u32,
+                        };
+                        self.b.add(
+                            l,
+                            OpKind::Send {
+                                peer: rt,
+                                bytes: piece,
+                                tag: tags[j],
+                            },
+                            &deps,
+                            tg,
+                        )?;
+                        let recv = self.b.add(
+                            l,
+                            OpKind::Recv {
+                                peer: rf,
+                                bytes: piece,
+                                tag: tags[from],
+                                accumulate: false,
+                            },
+                            &[],
+                            OpTag {
+                                slice: from as u32,
+                                ..tg
+                            },
+                        )?;
+                        out[r] = Some(recv);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The all-to-all of a site's output (`bl`, cut in token blocks): `sequential`, one
+    /// all-to-all after the last block; `flash-a2a`, one per block in the order the
+    /// blocks are produced, each sent as soon as its block is (every block's share of
+    /// `piece`, one P2P call per step). Returns each rank's last recv.
+    fn a2a_blocks(
+        &mut self,
+        site: &str,
+        piece: u64,
+        bl: &Blocks,
+    ) -> Result<PerRank, StrategyError> {
+        if self.a2a_strategy() != Strategy::FlashA2a {
+            return self.a2a(site, piece, &last(bl), true);
+        }
+        let nb = bl.ready.first().map_or(1, Vec::len);
+        // Production order of rank 0's blocks; every member of a Ulysses group has the
+        // same tensor rank, so the same order.
+        let mut out: PerRank = vec![None; self.n()];
+        let mut order: Vec<Vec<(Option<OpId>, usize)>> = bl
+            .ready
+            .iter()
+            .map(|r| r.iter().copied().enumerate().map(|(j, d)| (d, j)).collect())
+            .collect();
+        for o in &mut order {
+            o.sort_unstable();
+        }
+        for k in 0..nb {
+            let first: PerRank = order.iter().map(|o| o[k].0).collect();
+            let done = self.a2a(site, piece / nb as u64, &first, false)?;
+            for (o, d) in out.iter_mut().zip(done) {
+                *o = later(*o, d);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Ulysses attention over the whole sequence with heads/(tp·u) heads, then the
+    /// all-to-all back to sequence shards. `sequential`: the whole attention, then one
+    /// all-to-all. `flash-a2a`: the attention per destination's query chunk (own chunk
+    /// first, then j+1, j+2, …; causal: chunk c sees keys up to its end), each chunk sent
+    /// to its owner as soon as it is computed. Returns each rank's last recv.
+    fn ulysses_attention(&mut self, q: &PerRank) -> Result<PerRank, StrategyError> {
+        let s = *self.s;
+        let piece = self.out_piece();
+        if self.a2a_strategy() != Strategy::FlashA2a {
+            let a = self.attention("fwd.attn", false, q)?;
+            return self.a2a("fwd.a2a-out", piece, &a, true);
+        }
+        let (u, tp) = (s.ulysses as usize, self.tp());
+        let chunk = s.seq / u as u64;
+        let attn_site = self.b.site("fwd.attn");
+        let a2a_site = self.b.site("fwd.a2a-out");
+        let replicas = self.groups.len() / u;
+        let mut out = q.clone();
+        for d in 0..replicas {
+            for t in 0..tp {
+                // Attention of chunk c on member j (after its QKV arrived).
+                let mut attn = vec![vec![0 as OpId; u]; u];
+                for (j, row) in attn.iter_mut().enumerate() {
+                    let r = self.uidx(d, j, t);
+                    for i in 0..u {
+                        let c = (j + i) % u;
+                        let kind = OpKind::Attention(crate::cost::Attention {
+                            bh: s.batch * s.heads / (s.ranks as u64 * u as u64),
+                            seq_q: chunk.min(u32::MAX as u64) as u32,
+                            seq_kv: ((c as u64 + 1) * chunk).min(u32::MAX as u64) as u32,
+                            head_dim: s.head_dim().min(u32::MAX as u64) as u32,
+                            causal: true,
+                            backward: false,
+                            dtype: s.dtype,
+                        });
+                        let deps: Vec<OpId> = q[r].into_iter().collect();
+                        row[c] = self.b.single(
+                            self.st.compute[r],
+                            kind,
+                            &deps,
+                            OpTag {
+                                site: attn_site,
+                                step: i as u32,
+                                slice: c as u32,
+                            },
+                        )?;
+                    }
+                }
+                // Step i: chunk j+i goes to its owner; chunk j arrives from j−i.
+                for i in 1..u {
+                    let tags: Vec<u64> = (0..u).map(|_| self.b.msg_tag()).collect();
+                    for j in 0..u {
+                        let (to, from) = ((j + i) % u, (j + u - i) % u);
+                        let r = self.uidx(d, j, t);
+                        let (rt, rf) = (
+                            self.st.ranks[self.uidx(d, to, t)],
+                            self.st.ranks[self.uidx(d, from, t)],
+                        );
+                        let l = self.b.launch(self.st.comm[r]);
+                        let tg = OpTag {
+                            site: a2a_site,
+                            step: i as u32,
+                            slice: to as u32,
+                        };
+                        self.b.add(
+                            l,
+                            OpKind::Send {
+                                peer: rt,
+                                bytes: piece,
+                                tag: tags[j],
+                            },
+                            &[attn[j][to]],
+                            tg,
+                        )?;
+                        let recv = self.b.add(
+                            l,
+                            OpKind::Recv {
+                                peer: rf,
+                                bytes: piece,
+                                tag: tags[from],
+                                accumulate: false,
+                            },
+                            &[],
+                            OpTag {
+                                slice: j as u32,
+                                ..tg
+                            },
+                        )?;
+                        out[r] = Some(recv);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
     fn layer_fwd(&mut self, x: &PerRank) -> Result<PerRank, StrategyError> {
         let s = *self.s;
         let h = s.hidden;
@@ -619,6 +878,13 @@ impl Ctx<'_> {
         let qkv = self.ag_gemm(qkv_st, "fwd.qkv", h, s.qkv_width(), &n1)?;
         let proj = if proj_st == Strategy::QuerySplit {
             self.query_split(&last(&qkv))?
+        } else if s.ulysses > 1 {
+            // Ulysses: heads ↔ sequence all-to-all, attention over the whole sequence,
+            // and back.
+            let q = self.a2a_blocks("fwd.a2a-qkv", self.qkv_piece(), &qkv)?;
+            let a = self.ulysses_attention(&q)?;
+            let proj_in = self.ready(proj_st, &a);
+            self.gemm_rs(proj_st, "fwd.proj", h, &proj_in, proj_st)?
         } else {
             let a = self.attention("fwd.attn", false, &last(&qkv))?;
             let proj_in = self.ready(proj_st, &a);
@@ -660,7 +926,15 @@ impl Ctx<'_> {
         let proj = self.ag_gemm(proj_st, "bwd.proj.dgrad", h, h, &r2)?;
         let proj_done = last(&proj);
         self.wgrad("bwd.proj.wgrad", h / n, h, m, &proj_done)?;
-        let a = self.attention("bwd.attn", true, &proj_done)?;
+        let a = if s.ulysses > 1 {
+            // Ulysses: dO to head-sharded, attention backward, dQKV back.
+            let d_out = self.a2a_blocks("bwd.a2a-out", self.out_piece(), &proj)?;
+            let a = self.attention("bwd.attn", true, &d_out)?;
+            let piece = self.qkv_piece();
+            self.a2a("bwd.a2a-qkv", piece, &a, true)?
+        } else {
+            self.attention("bwd.attn", true, &proj_done)?
+        };
         // QKV, column-parallel, like FC1.
         let x1 = self.bulk_ag("bwd.qkv.ag", &r2)?;
         let qkv_in = self.ready(qkv_st, &a);
@@ -749,13 +1023,18 @@ pub fn build(
         check_size(*st, s, step)?;
     }
     check_dp(s, dp_strategy(strategy, sites), step)?;
-    let (tp, dp) = (s.ranks, s.dp);
-    let world = tp * dp;
+    let (tp, dp, u) = (s.ranks, s.dp, s.ulysses.max(1));
+    let world = tp * dp * u;
+    // Tensor-parallel groups: one per (replica d, Ulysses rank j), index d·u + j; a
+    // symmetric plan holds the first ones (whole replicas).
+    let groups_all = dp * u;
     let built = match shift {
-        Some(sh) if s.order == RankOrder::TpInner && sh % tp == 0 && world % sh == 0 => sh / tp,
-        _ => dp,
+        Some(sh) if s.order == RankOrder::TpInner && sh % (tp * u) == 0 && world % sh == 0 => {
+            sh / tp
+        }
+        _ => groups_all,
     };
-    let mut b = if built < dp {
+    let mut b = if built < groups_all {
         PlanBuilder::symmetric(world, built * tp)
     } else {
         PlanBuilder::new(world).without_dataflow()
@@ -764,10 +1043,12 @@ pub fn build(
         tp: tp as u64,
         sp: true,
         dp: dp as u64,
-        ulysses: 1,
+        ulysses: u as u64,
         order: s.order,
     };
-    let rank = |d: u32, t: u32| par.rank_of(d as u64, t as u64) as u32;
+    // The rank of tensor rank t in tensor-parallel group g = d·u + j.
+    let rank = |g: u32, t: u32| par.rank_of3((g / u) as u64, (g % u) as u64, t as u64) as u32;
+    let sync = dp * u;
     let mut all = RankStreams {
         compute: Vec::new(),
         comm: Vec::new(),
@@ -788,7 +1069,7 @@ pub fn build(
             g.compute.push(b.stream(r, "compute", StreamKind::Compute));
             g.comm.push(b.stream(r, "comm", StreamKind::Comm));
             g.ranks.push(r);
-            if dp > 1 {
+            if sync > 1 {
                 dp_comm.push(b.stream(r, "dp-comm", StreamKind::Comm));
             }
         }
@@ -798,19 +1079,21 @@ pub fn build(
         groups.push(g);
     }
     all.held = all.ranks.len();
-    let dp_groups = if dp > 1 {
+    // Gradient-sync groups: tensor rank t of every (replica, Ulysses rank), in group
+    // order, the first `built` held.
+    let dp_groups = if sync > 1 {
         (0..tp as usize)
             .map(|t| {
-                let held: Vec<usize> = (0..built as usize).map(|d| d * tp as usize + t).collect();
+                let held: Vec<usize> = (0..built as usize).map(|g| g * tp as usize + t).collect();
                 let mut compute: Vec<_> = held.iter().map(|&i| all.compute[i]).collect();
                 let mut comm: Vec<_> = held.iter().map(|&i| dp_comm[i]).collect();
                 // Placeholders for the members a symmetric plan does not hold (never used).
-                compute.resize(dp as usize, StreamId::MAX);
-                comm.resize(dp as usize, StreamId::MAX);
+                compute.resize(sync as usize, StreamId::MAX);
+                comm.resize(sync as usize, StreamId::MAX);
                 RankStreams {
                     compute,
                     comm,
-                    ranks: (0..dp).map(|d| rank(d, t as u32)).collect(),
+                    ranks: (0..sync).map(|g| rank(g, t as u32)).collect(),
                     held: built as usize,
                 }
             })
@@ -886,7 +1169,8 @@ pub fn build(
     } else {
         s.layer_model_flops()
     };
-    c.b.add_model_flops(flops * built as f64);
+    // Model FLOPs of the replicas held (a replica is u tensor-parallel groups).
+    c.b.add_model_flops(flops * built as f64 / u as f64);
     Ok(c.b.finish()?)
 }
 
@@ -902,7 +1186,7 @@ impl Ctx<'_> {
         late: &mut Vec<u64>,
         piece: u64,
     ) -> Result<PerRank, StrategyError> {
-        if !self.sync || self.s.dp <= 1 {
+        if !self.sync || self.s.sync() <= 1 {
             return Ok(x.clone());
         }
         match dps {
@@ -919,14 +1203,14 @@ impl Ctx<'_> {
 
     /// Gradient bytes of the LM head per rank and ring step.
     fn head_grad_piece(&self) -> u64 {
-        self.s.vocab * self.s.hidden / (self.s.ranks as u64 * self.s.dp as u64)
+        self.s.vocab * self.s.hidden / (self.s.ranks as u64 * self.s.sync() as u64)
             * self.s.dtype.bytes()
     }
 }
 
 /// Can the data-parallel site run `st` on this shape?
 pub fn check_dp(s: &LayerShape, st: Strategy, step: bool) -> Result<(), StrategyError> {
-    if s.dp <= 1 {
+    if s.sync() <= 1 {
         return Ok(());
     }
     if !matches!(st, Strategy::Sequential | Strategy::Bulk | Strategy::Flash) {
@@ -936,7 +1220,7 @@ pub fn check_dp(s: &LayerShape, st: Strategy, step: bool) -> Result<(), Strategy
             known: "sequential, bulk, flash",
         });
     }
-    let dp = s.dp as u64;
+    let dp = s.sync() as u64;
     let n = s.ranks as u64;
     if st == Strategy::Flash {
         let h = s.hidden;
@@ -977,6 +1261,7 @@ mod tests {
             dtype: DType::Bf16,
             dp: 1,
             order: RankOrder::TpInner,
+            ulysses: 1,
         }
     }
 

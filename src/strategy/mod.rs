@@ -76,9 +76,11 @@ pub fn blocks(strategy: Strategy, ranks: u32) -> u64 {
     match strategy {
         Strategy::Sequential | Strategy::Bulk => 1,
         Strategy::Chunked(k) => k as u64,
-        Strategy::Flash | Strategy::Direct | Strategy::PermuteLoop | Strategy::QuerySplit => {
-            ranks as u64
-        }
+        Strategy::Flash
+        | Strategy::Direct
+        | Strategy::PermuteLoop
+        | Strategy::QuerySplit
+        | Strategy::FlashA2a => ranks as u64,
     }
 }
 
@@ -111,6 +113,10 @@ pub fn check_shape(strategy: Strategy, s: &MlpShape) -> Result<(), StrategyError
     Ok(())
 }
 
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
 /// Build the Plan of `workload` under `strategy`.
 pub fn build(sc: &Scenario, workload: Workload, strategy: Strategy) -> Result<Plan, StrategyError> {
     build_with(sc, workload, strategy, false)
@@ -129,11 +135,20 @@ pub fn build_with(
         let shape = layer::LayerShape::of(sc);
         let step = workload == Workload::Step;
         let topo = &sc.hardware.topology;
-        let shift = (symmetric && sc.parallel.world() as usize == topo.gpu_count())
-            .then(|| topo.link_orbits().ok().flatten())
-            .flatten()
-            .filter(|o| o.order > 1)
-            .map(|o| o.shift);
+        // The smallest multiple of the topology's rotation that moves whole replicas
+        // (tp · ulysses GPUs), if it leaves more than one orbit.
+        let replica = sc.parallel.tp * sc.parallel.ulysses;
+        let shift = topo
+            .rotation()
+            .filter(|_| symmetric && sc.parallel.world() as usize == topo.gpu_count())
+            .map(|r| {
+                let g = r.gpu_shift as u64;
+                g / gcd(g, replica) * replica
+            })
+            .filter(|&sh| sh > 0 && (topo.gpu_count() as u64) % sh == 0)
+            .filter(|&sh| sh < topo.gpu_count() as u64)
+            .filter(|&sh| topo.link_orbits_for(sh as u32).ok().flatten().is_some())
+            .map(|sh| sh as u32);
         return layer::build(&shape, strategy, &sc.site_strategies, step, shift);
     }
     let shape = MlpShape::of(sc);

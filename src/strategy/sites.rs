@@ -103,9 +103,11 @@ pub fn block_region(strategy: Strategy, ranks: u32, tokens: u64, j: u64) -> Regi
     let n = ranks as u64;
     let shard = tokens / n;
     match strategy {
-        Strategy::Flash | Strategy::Direct | Strategy::PermuteLoop | Strategy::QuerySplit => {
-            Region::rows(0, j * shard, shard)
-        }
+        Strategy::Flash
+        | Strategy::Direct
+        | Strategy::PermuteLoop
+        | Strategy::QuerySplit
+        | Strategy::FlashA2a => Region::rows(0, j * shard, shard),
         Strategy::Sequential | Strategy::Bulk | Strategy::Chunked(_) => {
             let p = shard / blocks(strategy, ranks);
             Region::strided(0, j * p, p * n, ranks, shard)
@@ -450,7 +452,7 @@ pub fn ag_gemm(
                 }
             }
         }
-        Strategy::Flash | Strategy::QuerySplit => {
+        Strategy::Flash | Strategy::QuerySplit | Strategy::FlashA2a => {
             // Flash-AG: step k computes slice (r − k) mod N; meanwhile it forwards that
             // slice to r+1 and receives slice (r − k − 1) from r−1. Step 0 is local.
             let piece = rows * s.hidden * s.dtype.bytes();
@@ -769,7 +771,7 @@ pub fn gemm_rs_with(
             }
             Ok((p, done))
         }
-        Strategy::Flash | Strategy::QuerySplit | Strategy::PermuteLoop => {
+        Strategy::Flash | Strategy::QuerySplit | Strategy::FlashA2a | Strategy::PermuteLoop => {
             // Flash-RS: step k computes the partial of slice (r − 1 − k) mod N, so the own
             // slice comes last; the running sum arrives from r−1, gets this rank's partial
             // added, and goes on to r+1. The last sum is this rank's output, never sent.

@@ -55,17 +55,49 @@ impl Topology {
     /// shift does not divide the GPU count, or when the permutation is not an automorphism
     /// (a link mapped onto a missing link or onto one of other bandwidth or latency).
     pub fn link_orbits(&self) -> Result<Option<LinkOrbits>, TopologyError> {
-        let Some(rot) = &self.rotation else {
+        match &self.rotation {
+            Some(r) => self.orbits_of(r.gpu_shift, &r.perm),
+            None => Ok(None),
+        }
+    }
+
+    /// The link orbits under the rotation by `shift` GPUs: a multiple of the recorded
+    /// rotation's shift (that rotation applied `shift / gpu_shift` times), else `None`.
+    pub fn link_orbits_for(&self, shift: u32) -> Result<Option<LinkOrbits>, TopologyError> {
+        let Some(r) = &self.rotation else {
             return Ok(None);
         };
-        let (gpus, shift) = (self.gpus.len() as u32, rot.gpu_shift);
+        if r.gpu_shift == 0 || shift == 0 || shift % r.gpu_shift != 0 {
+            return Ok(None);
+        }
+        // perm^k by squaring.
+        let (mut k, mut base, mut acc): (u32, Vec<u32>, Vec<u32>) = (
+            shift / r.gpu_shift,
+            r.perm.clone(),
+            (0..r.perm.len() as u32).collect(),
+        );
+        while k > 0 {
+            if k & 1 == 1 {
+                acc = acc.iter().map(|&i| base[i as usize]).collect();
+            }
+            base = base.iter().map(|&i| base[i as usize]).collect();
+            k >>= 1;
+        }
+        self.orbits_of(shift, &acc)
+    }
+
+    fn orbits_of(&self, shift: u32, perm: &[u32]) -> Result<Option<LinkOrbits>, TopologyError> {
+        let gpus = self.gpus.len() as u32;
         let g = &self.graph;
-        if shift == 0 || gpus % shift != 0 || rot.perm.len() != g.node_count() {
+        if shift == 0 || gpus % shift != 0 || perm.len() != g.node_count() {
+            return Ok(None);
+        }
+        if perm.iter().any(|&p| p as usize >= perm.len()) {
             return Ok(None);
         }
         for (i, &node) in self.gpus.iter().enumerate() {
             let to = self.gpus[(i + shift as usize) % gpus as usize];
-            if rot.perm[node.index()] as usize != to.index() {
+            if perm[node.index()] as usize != to.index() {
                 return Ok(None);
             }
         }
@@ -78,7 +110,7 @@ impl Topology {
         let mut image = Vec::with_capacity(g.edge_count());
         for e in g.edge_indices() {
             let (a, b) = g.edge_endpoints(e).expect("edge of this graph");
-            let (pa, pb) = (rot.perm[a.index()], rot.perm[b.index()]);
+            let (pa, pb) = (perm[a.index()], perm[b.index()]);
             let Some(&f) = by_ends.get(&(pa, pb)) else {
                 return Ok(None);
             };
@@ -134,6 +166,23 @@ mod tests {
             bandwidth: 1e9,
             latency: 1e-6,
         }
+    }
+
+    #[test]
+    fn powers_of_the_rotation_give_smaller_groups() {
+        let t = Topology::ring("r", 12, spec()).unwrap();
+        let o = t.link_orbits_for(4).unwrap().unwrap();
+        assert_eq!((o.shift, o.order), (4, 3));
+        let mut reps = o.rep.clone();
+        reps.sort_unstable();
+        reps.dedup();
+        assert_eq!(reps.len(), 8, "4 positions × 2 directions");
+        assert!(
+            t.link_orbits_for(5).unwrap().is_none(),
+            "5 does not divide 12"
+        );
+        let t = Topology::nvswitch("n", 8, spec()).unwrap();
+        assert_eq!(t.link_orbits_for(8).unwrap().unwrap().order, 1);
     }
 
     #[test]

@@ -74,13 +74,14 @@ fn critical_path(plan: &Plan, gpu: &GpuSpec, transfer: impl Fn(u64) -> f64) -> f
     }
 }
 
-fn scenario(workload: Workload, gbps: f64, free_compute: bool, dp: u64) -> Scenario {
+fn scenario_u(workload: Workload, gbps: f64, free_compute: bool, dp: u64, u: u64) -> Scenario {
     let mut sc = config::load_scenario("default").unwrap();
     sc.model = config::load_model("llama-3-8b", None).unwrap();
     sc.model.layers = 2;
     sc.workload = workload;
-    sc.parallel.tp = 4;
+    sc.parallel.tp = 4 / u;
     sc.parallel.dp = dp;
+    sc.parallel.ulysses = u;
     sc.batch = 1;
     sc.seq = 2048;
     sc.interference = false;
@@ -106,15 +107,26 @@ fn scenario(workload: Workload, gbps: f64, free_compute: bool, dp: u64) -> Scena
     sc
 }
 
-const STRATEGIES: [Strategy; 8] = [
+const STRATEGIES: [Strategy; 9] = [
     Strategy::Sequential,
     Strategy::Bulk,
+    Strategy::FlashA2a,
     Strategy::Chunked(2),
     Strategy::Chunked(4),
     Strategy::Flash,
     Strategy::Direct,
     Strategy::PermuteLoop,
     Strategy::QuerySplit,
+];
+
+/// (workload, dp, ulysses): tp is 4 / ulysses, on 8 GPUs.
+const CASES: [(Workload, u64, u64); 6] = [
+    (Workload::Layer, 1, 1),
+    (Workload::Step, 1, 1),
+    (Workload::Layer, 2, 1),
+    (Workload::Step, 2, 1),
+    (Workload::Layer, 1, 2),
+    (Workload::Step, 2, 2),
 ];
 
 fn opts() -> SimOptions {
@@ -126,20 +138,18 @@ fn opts() -> SimOptions {
 
 #[test]
 fn with_communication_free_the_time_is_the_compute_critical_path() {
-    for (w, dp) in [
-        (Workload::Layer, 1),
-        (Workload::Step, 1),
-        (Workload::Layer, 2),
-        (Workload::Step, 2),
-    ] {
-        let sc = scenario(w, 1e290, false, dp);
-        for s in STRATEGIES {
+    for (w, dp, u) in CASES {
+        let sc = scenario_u(w, 1e290, false, dp, u);
+        for s in STRATEGIES
+            .into_iter()
+            .filter(|&s| u == 1 || s != Strategy::QuerySplit)
+        {
             let r = run_strategy(&sc, s, &opts()).unwrap();
             let want = critical_path(&r.plan, &sc.hardware.gpu, |_| 0.0);
             let got = r.metrics.makespan;
             assert!(
                 (got - want).abs() <= 1e-9 * want,
-                "{w:?} dp {dp} {s}: simulated {got} vs compute critical path {want}"
+                "{w:?} dp {dp} u {u} {s}: simulated {got} vs compute critical path {want}"
             );
         }
     }
@@ -148,20 +158,21 @@ fn with_communication_free_the_time_is_the_compute_critical_path() {
 #[test]
 fn with_compute_free_the_time_is_the_communication_critical_path() {
     let gbps = 100.0;
-    for (w, dp) in [
-        (Workload::Layer, 1),
-        (Workload::Step, 1),
-        (Workload::Layer, 2),
-        (Workload::Step, 2),
-    ] {
-        let sc = scenario(w, gbps, true, dp);
-        for s in STRATEGIES {
+    // Without Ulysses: its all-to-alls and the gradient-sync group's parameter
+    // all-gathers join the same pairs of GPUs on two streams at once, so they contend
+    // for one link, which this contention-free critical path does not model.
+    for (w, dp, u) in CASES.into_iter().filter(|c| c.2 == 1) {
+        let sc = scenario_u(w, gbps, true, dp, u);
+        for s in STRATEGIES
+            .into_iter()
+            .filter(|&s| u == 1 || s != Strategy::QuerySplit)
+        {
             let r = run_strategy(&sc, s, &opts()).unwrap();
             let want = critical_path(&r.plan, &sc.hardware.gpu, |b| b as f64 / (gbps * 1e9));
             let got = r.metrics.makespan;
             assert!(
                 (got - want).abs() <= 1e-9 * want,
-                "{w:?} dp {dp} {s}: simulated {got} vs communication critical path {want}"
+                "{w:?} dp {dp} u {u} {s}: simulated {got} vs communication critical path {want}"
             );
             // And it is all communication: compute is a vanishing share.
             assert!(r.metrics.compute < 1e-6 * got, "{w:?} {s}");
@@ -406,4 +417,67 @@ fn data_parallel_strategies_move_the_same_bytes_and_bulk_overlaps() {
         exposed[1],
         exposed[0]
     );
+}
+
+/// Ulysses (tp 2 × ulysses 2 × dp 2): each all-to-all moves (u − 1)/u of a rank's
+/// tensor — QKV (its tokens × its share of the QKV width) before the attention and its
+/// output (× h/tp) after it; backward the same in reverse — under both a2a strategies;
+/// the model FLOPs are the replicas' (Ulysses splits work, it does not add any); and the
+/// symmetric plan of the first replica gives the full plan's time.
+#[test]
+fn ulysses_all_to_alls_move_their_closed_form_bytes() {
+    use flashoverlap::exec::sim;
+    use flashoverlap::strategy::build_with;
+    let mut sc = config::load_scenario("default").unwrap();
+    sc.model = config::load_model("llama-3-8b", None).unwrap();
+    sc.workload = Workload::Layer;
+    sc.parallel.tp = 2;
+    sc.parallel.ulysses = 2;
+    sc.parallel.dp = 2;
+    sc.batch = 1;
+    sc.seq = 4096;
+    sc.hardware = config::load_hardware_nodes("dgx-h100", None, Some(1)).unwrap();
+    let p = flashoverlap::strategy::layer::LayerShape::of(&sc);
+    assert_eq!(
+        p.tokens(),
+        2048,
+        "each tensor-parallel group holds half the sequence"
+    );
+    let qkv = p.tokens() * p.qkv_width() / 2 / 2 * 2; // tokens × width/tp / u × bf16
+    let out = p.tokens() * p.hidden / 2 / 2 * 2;
+    for s in [Strategy::Flash, Strategy::FlashA2a] {
+        let plan = build_with(&sc, sc.workload, s, false).unwrap();
+        let mut by_site = std::collections::BTreeMap::<String, u64>::new();
+        for o in &plan.ops {
+            if let OpKind::Send { bytes, .. } = o.kind {
+                let site = plan.sites[o.tag.site as usize].clone();
+                if site.contains("a2a") {
+                    *by_site.entry(site).or_default() += bytes;
+                }
+            }
+        }
+        // 8 ranks, one peer each (u − 1 = 1).
+        assert_eq!(by_site["fwd.a2a-qkv"], 8 * qkv, "{s}");
+        assert_eq!(by_site["fwd.a2a-out"], 8 * out, "{s}");
+        assert_eq!(by_site["bwd.a2a-out"], 8 * out, "{s}");
+        assert_eq!(by_site["bwd.a2a-qkv"], 8 * qkv, "{s}");
+        let flops = plan.model_flops;
+        assert!(
+            (flops - 2.0 * p.layer_model_flops()).abs() <= 1e-9 * flops,
+            "{s}"
+        );
+    }
+    // One node of 8 GPUs turns by one GPU (an NVSwitch); tp·u = 4 GPUs a replica, so
+    // the symmetric plan holds replica 0.
+    sc.hardware = config::load_hardware("h100-sxm-8", None).unwrap();
+    let o = opts().for_scenario(&sc);
+    for s in [Strategy::Sequential, Strategy::FlashA2a] {
+        let full = build_with(&sc, sc.workload, s, false).unwrap();
+        let sym = build_with(&sc, sc.workload, s, true).unwrap();
+        assert_eq!(sym.symmetry, Some(4));
+        let end = |r: &sim::SimResult| r.times.iter().map(|t| t.end).fold(0.0, f64::max);
+        let x = end(&sim::simulate(&full, &sc.hardware, &o).unwrap());
+        let y = end(&sim::simulate(&sym, &sc.hardware, &o).unwrap());
+        assert!((x - y).abs() <= 1e-9 * x, "{s}: full {x} vs symmetric {y}");
+    }
 }

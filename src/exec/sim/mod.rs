@@ -259,13 +259,13 @@ fn symmetric_orbits(
             plan.ranks
         ));
     }
-    match hw.topology.link_orbits()? {
-        Some(o) if o.shift == shift => Ok(Some(o)),
-        Some(o) => why(format!(
-            "its ranks repeat every {shift}, the topology's every {}",
-            o.shift
+    match (hw.topology.rotation(), hw.topology.link_orbits_for(shift)?) {
+        (_, Some(o)) => Ok(Some(o)),
+        (Some(r), None) => why(format!(
+            "its ranks repeat every {shift}, which is not a multiple of the topology's {}",
+            r.gpu_shift
         )),
-        None => why(format!("topology `{}` has no rotation", hw.topology.name)),
+        (None, None) => why(format!("topology `{}` has no rotation", hw.topology.name)),
     }
 }
 

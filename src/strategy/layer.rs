@@ -290,6 +290,15 @@ fn remap(bl: &Blocks, from: Strategy, to: Strategy, ranks: u32, tokens: u64) -> 
 
 type PerRank = Vec<Option<OpId>>;
 
+/// One step of a Ulysses exchange (see `Ctx::ulysses_exchange`).
+#[derive(Debug, Clone, Copy)]
+struct Exchange {
+    site: u16,
+    step: usize,
+    piece: u64,
+    fused: bool,
+}
+
 fn tag(site: u16, slice: u64) -> OpTag {
     OpTag {
         site,
@@ -663,6 +672,50 @@ impl Ctx<'_> {
         (d * u + j) * tp + t
     }
 
+    /// Step `x.step` = i of a pairwise exchange in the Ulysses group of (replica d,
+    /// tensor rank t) for member j: one launch on its comm stream sending `x.piece` bytes
+    /// to member j+i (after `deps`) and receiving as many from j−i. `tags[m]`: member m's
+    /// send tag of this step. Returns the recv.
+    fn ulysses_exchange(
+        &mut self,
+        x: Exchange,
+        (d, j, t): (usize, usize, usize),
+        tags: &[u64],
+        deps: &[OpId],
+    ) -> Result<OpId, StrategyError> {
+        let u = self.s.ulysses as usize;
+        let i = x.step;
+        let (to, from) = ((j + i) % u, (j + u - i) % u);
+        let r = self.uidx(d, j, t);
+        let (rt, rf) = (
+            self.st.ranks[self.uidx(d, to, t)],
+            self.st.ranks[self.uidx(d, from, t)],
+        );
+        let l = self.b.launch_fused(self.st.comm[r], x.fused);
+        let tg = OpTag {
+            site: x.site,
+            step: i as u32,
+            slice: to as u32,
+        };
+        let send = OpKind::Send {
+            peer: rt,
+            bytes: x.piece,
+            tag: tags[j],
+        };
+        self.b.add(l, send, deps, tg)?;
+        let recv = OpKind::Recv {
+            peer: rf,
+            bytes: x.piece,
+            tag: tags[from],
+            accumulate: false,
+        };
+        let slice = OpTag {
+            slice: from as u32,
+            ..tg
+        };
+        Ok(self.b.add(l, recv, &[], slice)?)
+    }
+
     /// An all-to-all over every Ulysses group in u−1 pairwise steps (step i: send `piece`
     /// bytes to member j+i, receive as many from j−i) on the comm streams, each rank's
     /// first send after `first[r]`; `fused`: one kernel (NCCL's all-to-all: later steps
@@ -683,48 +736,19 @@ impl Ctx<'_> {
                 for i in 1..u {
                     let tags: Vec<u64> = (0..u).map(|_| self.b.msg_tag()).collect();
                     for j in 0..u {
-                        let (to, from) = ((j + i) % u, (j + u - i) % u);
                         let r = self.uidx(d, j, t);
-                        let (rt, rf) = (
-                            self.st.ranks[self.uidx(d, to, t)],
-                            self.st.ranks[self.uidx(d, from, t)],
-                        );
-                        let l = self.b.launch_fused(self.st.comm[r], fused && i > 1);
                         let deps: Vec<OpId> = if i == 1 {
                             first[r].into_iter().collect()
                         } else {
                             Vec::new()
                         };
-                        let tg = OpTag {
+                        let x = Exchange {
                             site,
-                            step: i as u32,
-                            slice: to as u32,
+                            step: i,
+                            piece,
+                            fused: fused && i > 1,
                         };
-                        self.b.add(
-                            l,
-                            OpKind::Send {
-                                peer: rt,
-                                bytes: piece,
-                                tag: tags[j],
-                            },
-                            &deps,
-                            tg,
-                        )?;
-                        let recv = self.b.add(
-                            l,
-                            OpKind::Recv {
-                                peer: rf,
-                                bytes: piece,
-                                tag: tags[from],
-                                accumulate: false,
-                            },
-                            &[],
-                            OpTag {
-                                slice: from as u32,
-                                ..tg
-                            },
-                        )?;
-                        out[r] = Some(recv);
+                        out[r] = Some(self.ulysses_exchange(x, (d, j, t), &tags, &deps)?);
                     }
                 }
             }
@@ -819,43 +843,15 @@ impl Ctx<'_> {
                 for i in 1..u {
                     let tags: Vec<u64> = (0..u).map(|_| self.b.msg_tag()).collect();
                     for j in 0..u {
-                        let (to, from) = ((j + i) % u, (j + u - i) % u);
                         let r = self.uidx(d, j, t);
-                        let (rt, rf) = (
-                            self.st.ranks[self.uidx(d, to, t)],
-                            self.st.ranks[self.uidx(d, from, t)],
-                        );
-                        let l = self.b.launch(self.st.comm[r]);
-                        let tg = OpTag {
+                        let x = Exchange {
                             site: a2a_site,
-                            step: i as u32,
-                            slice: to as u32,
+                            step: i,
+                            piece,
+                            fused: false,
                         };
-                        self.b.add(
-                            l,
-                            OpKind::Send {
-                                peer: rt,
-                                bytes: piece,
-                                tag: tags[j],
-                            },
-                            &[attn[j][to]],
-                            tg,
-                        )?;
-                        let recv = self.b.add(
-                            l,
-                            OpKind::Recv {
-                                peer: rf,
-                                bytes: piece,
-                                tag: tags[from],
-                                accumulate: false,
-                            },
-                            &[],
-                            OpTag {
-                                slice: j as u32,
-                                ..tg
-                            },
-                        )?;
-                        out[r] = Some(recv);
+                        let deps = [attn[j][(j + i) % u]];
+                        out[r] = Some(self.ulysses_exchange(x, (d, j, t), &tags, &deps)?);
                     }
                 }
             }

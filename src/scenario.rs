@@ -464,6 +464,11 @@ pub enum Strategy {
     /// one chunk by chunk as the attention of each destination's query chunk finishes.
     /// At every tensor-parallel site it is `flash`.
     FlashA2a,
+    /// The permute loop in both directions (Wang et al.'s bidirectional variant): each
+    /// iteration moves one slice clockwise and one counter-clockwise, so the loop runs
+    /// ⌈(N−1)/2⌉ iterations of two slices each; it pays off where each direction has
+    /// links of its own (rings, tori), not through one switch port.
+    PermuteLoopBidir,
 }
 
 impl Strategy {
@@ -473,6 +478,7 @@ impl Strategy {
             "flash" => Ok(Strategy::Flash),
             "direct" => Ok(Strategy::Direct),
             "permute-loop" => Ok(Strategy::PermuteLoop),
+            "permute-loop-bidir" => Ok(Strategy::PermuteLoopBidir),
             "query-split" => Ok(Strategy::QuerySplit),
             "bulk" => Ok(Strategy::Bulk),
             "flash-a2a" => Ok(Strategy::FlashA2a),
@@ -488,7 +494,7 @@ impl Strategy {
                     Err("`chunked` needs a chunk count, e.g. chunked:4".into())
                 } else {
                     Err(format!(
-                        "unknown strategy `{other}` (known: sequential, chunked:K, flash, direct, permute-loop, query-split, bulk, flash-a2a)"
+                        "unknown strategy `{other}` (known: sequential, chunked:K, flash, direct, permute-loop, permute-loop-bidir, query-split, bulk, flash-a2a)"
                     ))
                 }
             }
@@ -504,6 +510,7 @@ impl fmt::Display for Strategy {
             Strategy::Flash => f.write_str("flash"),
             Strategy::Direct => f.write_str("direct"),
             Strategy::PermuteLoop => f.write_str("permute-loop"),
+            Strategy::PermuteLoopBidir => f.write_str("permute-loop-bidir"),
             Strategy::QuerySplit => f.write_str("query-split"),
             Strategy::Bulk => f.write_str("bulk"),
             Strategy::FlashA2a => f.write_str("flash-a2a"),

@@ -252,6 +252,7 @@ fn block_extent(st: Strategy, ranks: u64, j: u64, den: u64) -> (u64, u64, Option
         Strategy::Flash
         | Strategy::Direct
         | Strategy::PermuteLoop
+        | Strategy::PermuteLoopBidir
         | Strategy::QuerySplit
         | Strategy::FlashA2a => (0, den, Some(j % ranks)),
     }

@@ -79,6 +79,7 @@ pub fn blocks(strategy: Strategy, ranks: u32) -> u64 {
         Strategy::Flash
         | Strategy::Direct
         | Strategy::PermuteLoop
+        | Strategy::PermuteLoopBidir
         | Strategy::QuerySplit
         | Strategy::FlashA2a => ranks as u64,
     }

@@ -107,7 +107,8 @@ fn scenario_u(workload: Workload, gbps: f64, free_compute: bool, dp: u64, u: u64
     sc
 }
 
-const STRATEGIES: [Strategy; 9] = [
+const STRATEGIES: [Strategy; 10] = [
+    Strategy::PermuteLoopBidir,
     Strategy::Sequential,
     Strategy::Bulk,
     Strategy::FlashA2a,

@@ -561,6 +561,7 @@ mod tests {
                 Strategy::Flash,
                 Strategy::Direct,
                 Strategy::PermuteLoop,
+                Strategy::PermuteLoopBidir,
             ] {
                 let plan = crate::strategy::build(&sc, w, s).unwrap();
                 for (devices, transport) in [

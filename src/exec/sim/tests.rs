@@ -288,6 +288,53 @@ fn permute_loop_matches_its_closed_forms() {
     }
 }
 
+/// The bidirectional permute loop on a ring (each direction its own links, so the two
+/// slices of an iteration move at once): AG matches its closed form (derived beside its
+/// builder) for odd and even N, and in the communication-bound regime it beats the
+/// one-way loop, AG and RS.
+#[test]
+fn bidirectional_permute_loop_matches_its_closed_form_on_a_ring() {
+    for gbps in [1000.0, 20.0] {
+        for tp in [2u64, 3, 4, 5, 8] {
+            let mut sc = scenario(8, gbps, Workload::AgGemm);
+            sc.parallel.tp = tp;
+            sc.seq = 4096;
+            sc.batch = 15 * 8; // tokens divisible by every tp here
+            sc.model.ffn = 15 * 1024; // and the FC widths
+            sc.hardware.topology = Topology::ring(
+                "r",
+                tp,
+                LinkSpec {
+                    bandwidth: gbps * 1e9,
+                    latency: 0.5e-6,
+                },
+            )
+            .unwrap();
+            let s = shape(&sc);
+            let g = &sc.hardware.gpu;
+            let slice = s.m / s.n * s.h * s.bytes;
+            // One hop: α plus the link's latency, then the bytes.
+            let p = sc.hardware.comm.message_latency + 0.5e-6 + slice as f64 / (gbps * 1e9);
+            let c = gemm_time(g, s.m / s.n, s.f1 / s.n, s.h, sc.dtype).unwrap();
+            let want = if tp % 2 == 1 {
+                let k = ((tp - 1) / 2) as f64;
+                c.max(p) + (k - 1.0) * (2.0 * c).max(p) + 2.0 * c
+            } else {
+                c.max(p) + (tp / 2 - 1) as f64 * (2.0 * c).max(p) + c
+            };
+            let (t, _) = makespan(&sc, Strategy::PermuteLoopBidir);
+            close(t, want, &format!("bidir AG tp={tp} {gbps} GB/s"));
+            if gbps < 100.0 && tp > 2 {
+                assert!(t < makespan(&sc, Strategy::PermuteLoop).0, "AG tp={tp}");
+                sc.workload = Workload::GemmRs;
+                let (bi, _) = makespan(&sc, Strategy::PermuteLoopBidir);
+                let (uni, _) = makespan(&sc, Strategy::PermuteLoop);
+                assert!(bi < uni, "RS tp={tp}: bidir {bi} vs one-way {uni}");
+            }
+        }
+    }
+}
+
 /// On a plain ring the distance-d messages of direct cross d links and share them, so
 /// direct RS is slower than Flash-RS's neighbour hops when communication dominates.
 #[test]

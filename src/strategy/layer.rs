@@ -25,6 +25,13 @@
 //! parameters, T tokens: forward 2·P·T, backward 4·P·T) plus, per layer, three times the
 //! causal attention forward, 3 · 4·d·heads·b·s(s+1)/2 = 6·h·T·(s+1) — PaLM's 12·L·h·s·T
 //! term with the causal mask counted.
+//!
+//! Around that tensor-parallel group: **Ulysses** (`ulysses` U > 1) gives each group
+//! seq/U of every sequence and all-to-alls over the U groups around the attention
+//! (forward and backward; `sequential` or `flash-a2a`); **data parallelism** (`dp`)
+//! replicates the U groups and syncs weights ZeRO-3-style over the dp × U ranks holding
+//! them (see [`build`]). Ranks: tp fastest, then Ulysses, then dp (`tp-inner`), or the
+//! reverse (`dp-inner`).
 
 use super::sites::{self, Blocks, RankStreams};
 use super::{MlpShape, StrategyError, blocks, check_div};

@@ -191,11 +191,9 @@ pub fn check_layer(strategy: Strategy, s: &LayerShape, head: bool) -> Result<(),
     }
     if strategy == Strategy::QuerySplit {
         if s.ulysses > 1 {
-            return Err(StrategyError::SiteStrategy {
-                site: "fwd.proj",
-                strategy: "query-split with ulysses > 1".into(),
-                known: "every other strategy (Ulysses attention has its own flash-a2a)",
-            });
+            return Err(StrategyError::Unsupported(
+                "query-split needs the whole attention on one tensor-parallel group; with Ulysses (ulysses > 1) use flash-a2a, which splits the attention by query chunk itself",
+            ));
         }
         check_div(strategy, "sequence (query slices)", s.seq, n)?;
     }

@@ -29,6 +29,8 @@ pub enum StrategyError {
         "site `{site}` under `{strategy}` cannot be built for a group only part of which a symmetric plan holds"
     )]
     PartlyHeld { site: String, strategy: String },
+    #[error("{0}")]
+    Unsupported(&'static str),
     #[error("site `{site}` has no strategy `{strategy}` (it has: {known})")]
     SiteStrategy {
         site: &'static str,

@@ -16,7 +16,7 @@ pub struct RankStreams {
     pub ranks: Vec<u32>,
     /// Members `0..held` are built; the rest are their translates in a symmetric plan
     /// (see `PlanBuilder::symmetric`). Only ring collectives and the Flash-RS / permute
-    /// loop of [`gemm_rs`] build for a partly held group; the other sites refuse it.
+    /// loop of `gemm_rs` build for a partly held group; the other sites refuse it.
     pub held: usize,
 }
 

@@ -453,6 +453,21 @@ fn cases(d: &Path) -> Vec<Case> {
             says: vec![s("sites.a2a"), s("sequential or flash-a2a")],
         },
         Case {
+            name: "layer: query-split with Ulysses",
+            args: sim(&[
+                "--workload",
+                "layer",
+                "--tp",
+                "4",
+                "--ulysses",
+                "2",
+                "--strategy",
+                "query-split",
+            ]),
+            code: 2,
+            says: vec![s("query-split"), s("ulysses > 1"), s("flash-a2a")],
+        },
+        Case {
             name: "unknown rank order",
             args: sim(&["--workload", "layer", "--rank-order", "zigzag"]),
             code: 2,

@@ -38,7 +38,7 @@ $B/flashoverlap calibrate --base h200-sxm-8 --name h200-x$NG-measured \
   --out "$R/h200-x$NG-measured.toml" --force
 HW="$R/h200-x$NG-measured.toml"
 [ -f "$HW" ] || HW=h200-sxm-8
-S=sequential,chunked:2,chunked:4,chunked:8,flash
+S=sequential,chunked:2,chunked:4,chunked:8,flash,direct,permute-loop,permute-loop-bidir
 for tp in 2 4 8; do
   [ "$tp" -le "$NG" ] || continue
   for w in mlp ag-gemm gemm-rs; do for b in 2 8 32; do for t in copy nccl; do

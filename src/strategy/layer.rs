@@ -33,7 +33,7 @@
 //! them (see [`build`]). Ranks: tp fastest, then Ulysses, then dp (`tp-inner`), or the
 //! reverse (`dp-inner`).
 
-use super::sites::{self, Blocks, RankStreams};
+use super::sites::{self, Blocks, RankStreams, WeightChunks};
 use super::{MlpShape, StrategyError, blocks, check_div};
 use crate::plan::{EltKind, OpId, OpKind, OpTag, Plan, PlanBuilder, StreamId, StreamKind};
 use crate::scenario::{Activation, DType, Parallel, RankOrder, Scenario, Strategy};
@@ -242,6 +242,9 @@ struct Ctx<'a> {
     sync: bool,
     /// Per built rank: the layer's gradient-producing ops so far (for a bucket).
     grads: PerRank,
+    /// Forward sites whose weights are being gathered by a fused parameter Flash-AG:
+    /// site → per built rank, per weight column chunk (in use order) its arrival.
+    fwd_weights: BTreeMap<&'static str, Vec<Vec<Option<OpId>>>>,
 }
 
 /// Within-shard row range [lo, hi) (in units of 1/(K·N) of a shard, K·N = `den`) and the
@@ -478,6 +481,57 @@ impl Ctx<'_> {
         self.s.layer_params() / (self.s.ranks as u64 * self.s.sync() as u64) * self.s.dtype.bytes()
     }
 
+    /// Group `g`'s streams, with the weights of `site` being gathered, if they are.
+    fn group_for(&self, g: usize, site: &str) -> RankStreams {
+        let mut group = self.groups[g].clone();
+        if let Some(w) = self.fwd_weights.get(site) {
+            let tp = self.tp();
+            group.weights = Some(WeightChunks {
+                ready: w[g * tp..(g + 1) * tp].to_vec(),
+            });
+        }
+        group
+    }
+
+    /// The fused parameter Flash-AG of a layer's forward (`flash` at the data-parallel
+    /// site): each forward weight's column shards are all-gathered over the sync group
+    /// in the order the sites use them, each ring's first send after `x`, and the sites'
+    /// GEMMs are cut into the weight's column chunks, chunk c after its arrival (own
+    /// chunk first). No layer-wide gather waits before the layer.
+    fn gather_weights(&mut self, x: &PerRank) -> Result<(), StrategyError> {
+        let s = *self.s;
+        let (h, tp) = (s.hidden, s.ranks as u64);
+        let bytes = s.dtype.bytes();
+        let sync = s.sync() as u64;
+        let weights: [(&'static str, u64); 4] = [
+            ("fwd.qkv", h * (s.qkv_width() / tp)),
+            ("fwd.proj", h / tp * h),
+            ("fwd.fc1", h * (s.fc1_width / tp)),
+            ("fwd.fc2", s.ffn / tp * h),
+        ];
+        let site = self.b.site("fwd.dp-ag");
+        let (tpu, built) = (self.tp(), self.groups.len());
+        self.fwd_weights.clear();
+        for (name, elems) in weights {
+            let mut per_rank: Vec<Vec<Option<OpId>>> = vec![vec![None]; self.n()];
+            for t in 0..tpu {
+                let first: Vec<Option<OpId>> = (0..built).map(|g| x[g * tpu + t]).collect();
+                let got = sites::all_gather_steps(
+                    &mut self.b,
+                    &self.dp_groups[t],
+                    site,
+                    elems / sync * bytes,
+                    &first,
+                )?;
+                for (g, recvs) in got.into_iter().enumerate() {
+                    per_rank[g * tpu + t].extend(recvs.into_iter().map(Some));
+                }
+            }
+            self.fwd_weights.insert(name, per_rank);
+        }
+        Ok(())
+    }
+
     /// Run `f` on each built tensor-parallel group with its slice of `after`; the
     /// results are concatenated in rank order.
     fn per_group(
@@ -549,8 +603,12 @@ impl Ctx<'_> {
         let q = s.seq / n;
         let shape = s.mlp(s.hidden, s.hidden);
         let site = self.b.site("fwd.attn");
-        self.per_group(after, |b, group, after| {
-            let input = ready_blocks(Strategy::QuerySplit, &s, after);
+        let tp = self.tp();
+        let mut done = Vec::with_capacity(self.n());
+        for g in 0..self.groups.len() {
+            let group = self.group_for(g, "fwd.proj");
+            let after: PerRank = after[g * tp..(g + 1) * tp].to_vec();
+            let input = ready_blocks(Strategy::QuerySplit, &s, &after);
             let compute = group.compute.clone();
             let mut before = |b: &mut PlanBuilder, r: usize, j: u64| {
                 let kind = OpKind::Attention(crate::cost::Attention {
@@ -566,16 +624,17 @@ impl Ctx<'_> {
                 Ok(Some(b.single(compute[r], kind, &d, tag(site, j))?))
             };
             let out = sites::gemm_rs_with(
-                b,
-                group,
+                &mut self.b,
+                &group,
                 Strategy::QuerySplit,
                 "fwd.proj",
                 &shape,
                 &input,
                 &mut before,
             )?;
-            Ok(out.1)
-        })
+            done.extend(out.1);
+        }
+        Ok(done)
     }
 
     /// All token blocks of `strategy` ready on rank r after `after[r]`.
@@ -593,11 +652,21 @@ impl Ctx<'_> {
         after: &PerRank,
     ) -> Result<Blocks, StrategyError> {
         let shape = self.s.mlp(k, self.s.ffn);
-        let dummy = self.ready(st, after);
-        self.per_group_blocks(&dummy, |b, group, slice| {
-            let a: PerRank = slice.ready.iter().map(|r| r[0]).collect();
-            sites::ag_gemm(b, group, st, site, &shape, width, &a)
-        })
+        let tp = self.tp();
+        let mut out: Option<Blocks> = None;
+        for g in 0..self.groups.len() {
+            let group = self.group_for(g, site);
+            let a: PerRank = after[g * tp..(g + 1) * tp].to_vec();
+            let bl = sites::ag_gemm(&mut self.b, &group, st, site, &shape, width, &a)?;
+            match &mut out {
+                None => out = Some(bl),
+                Some(o) => {
+                    o.ready.extend(bl.ready);
+                    o.bufs.extend(bl.bufs);
+                }
+            }
+        }
+        Ok(out.expect("at least one group"))
     }
 
     /// The activation over each block of `input` (FC1's, cut by `st`).
@@ -627,13 +696,14 @@ impl Ctx<'_> {
         let input = remap(input, input_st, st, self.s.ranks, self.s.tokens());
         let tp = self.tp();
         let mut out = Vec::with_capacity(self.n());
-        for (g, group) in self.groups.iter().enumerate() {
+        for g in 0..self.groups.len() {
+            let group = self.group_for(g, site);
             let slice = Blocks {
                 ready: input.ready[g * tp..(g + 1) * tp].to_vec(),
                 rows: input.rows.clone(),
                 bufs: input.bufs[g * tp..(g + 1) * tp].to_vec(),
             };
-            out.extend(sites::gemm_rs(&mut self.b, group, st, site, &shape, &slice)?.1);
+            out.extend(sites::gemm_rs(&mut self.b, &group, st, site, &shape, &slice)?.1);
         }
         Ok(out)
     }
@@ -1007,12 +1077,13 @@ pub fn dp_strategy(run: Strategy, sites: &BTreeMap<String, Strategy>) -> Strateg
 /// tensor-parallel groups), a symmetric plan of the first `shift / tp` replicas.
 ///
 /// Data parallelism is ZeRO-3/FSDP-style: each layer's parameters are all-gathered over
-/// the data-parallel group before its forward (prefetched one layer ahead under `bulk`
-/// and `flash`, on demand under `sequential`; kept for the backward), and its gradients
-/// reduce-scattered in the last micro-batch's backward — per layer as a bucket once the
-/// layer's wgrads are done (`bulk`), all after the backward (`sequential`), or fused
-/// with the wgrad GEMMs as a Flash-RS (`flash`). The data-parallel collectives run on a
-/// stream of their own.
+/// the data-parallel group for its forward (before it: prefetched one layer ahead under
+/// `bulk`, on demand under `sequential`; under `flash` each weight's column shards are
+/// gathered while its site's GEMMs run, cut into those chunks — a Flash-AG fused with
+/// the forward GEMMs; kept for the backward), and its gradients reduce-scattered in the
+/// last micro-batch's backward — per layer as a bucket once the layer's wgrads are done
+/// (`bulk`), all after the backward (`sequential`), or fused with the wgrad GEMMs as a
+/// Flash-RS (`flash`). The data-parallel collectives run on a stream of their own.
 pub fn build(
     s: &LayerShape,
     strategy: Strategy,
@@ -1056,6 +1127,7 @@ pub fn build(
         comm: Vec::new(),
         ranks: Vec::new(),
         held: 0,
+        weights: None,
     };
     let mut dp_comm = Vec::new();
     let mut groups = Vec::with_capacity(built as usize);
@@ -1065,6 +1137,7 @@ pub fn build(
             comm: Vec::new(),
             ranks: Vec::new(),
             held: tp as usize,
+            weights: None,
         };
         for t in 0..tp {
             let r = rank(d, t);
@@ -1097,6 +1170,7 @@ pub fn build(
                     comm,
                     ranks: (0..sync).map(|g| rank(g, t as u32)).collect(),
                     held: built as usize,
+                    weights: None,
                 }
             })
             .collect()
@@ -1114,6 +1188,7 @@ pub fn build(
         s,
         sync: false,
         grads: vec![None; n],
+        fwd_weights: BTreeMap::new(),
     };
     let dps = c.dp_strategy();
     let piece = c.grad_piece();
@@ -1129,13 +1204,20 @@ pub fn build(
         }
         // Parameter all-gathers: layer i's waits for its input (sequential) or for
         // layer i−1's (a prefetch one layer ahead).
-        let prefetch = dps != Strategy::Sequential;
+        let fused = dps == Strategy::Flash && s.sync() > 1;
+        let prefetch = dps == Strategy::Bulk;
         let mut gathered = if prefetch {
             Some(c.dp_ring("fwd.dp-ag", piece, &x)?)
         } else {
             None
         };
         for i in 0..layers {
+            if fused {
+                c.gather_weights(&x)?;
+                x = c.layer_fwd(&x)?;
+                c.fwd_weights.clear();
+                continue;
+            }
             let params = match gathered.take() {
                 Some(g) => g,
                 None => c.dp_ring("fwd.dp-ag", piece, &x)?,
@@ -1234,6 +1316,9 @@ pub fn check_dp(s: &LayerShape, st: Strategy, step: bool) -> Result<(), Strategy
         if step {
             rows.push(("hidden (head wgrad rows)", h));
         }
+        // The fused parameter gather cuts each forward GEMM into dp column chunks.
+        rows.push(("qkv width / tp (qkv weight columns)", s.qkv_width() / n));
+        rows.push(("fc1 width / tp (fc1 weight columns)", s.fc1_width / n));
         for (what, v) in rows {
             check_div(st, what, v, dp)?;
         }

@@ -18,6 +18,16 @@ pub struct RankStreams {
     /// (see `PlanBuilder::symmetric`). Only ring collectives and the Flash-RS / permute
     /// loop of `gemm_rs` build for a partly held group; the other sites refuse it.
     pub held: usize,
+    /// Weights gathered while the site runs (a parameter Flash-AG fused with its GEMMs):
+    /// every GEMM is cut into column chunks, chunk c after `ready[member][c]`.
+    pub weights: Option<WeightChunks>,
+}
+
+/// Per member, per weight column chunk in the order the GEMMs use them: the op after
+/// which the chunk is present (`None`: the member's own chunk, present from the start).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WeightChunks {
+    pub ready: Vec<Vec<Option<OpId>>>,
 }
 
 impl RankStreams {
@@ -35,6 +45,7 @@ impl RankStreams {
             comm,
             held: n as usize,
             ranks: (0..n).collect(),
+            weights: None,
         }
     }
 
@@ -381,7 +392,7 @@ pub fn ag_gemm(
                    d: &[OpId],
                    t: OpTag|
      -> Result<OpId, StrategyError> {
-        let id = b.single(st.compute[r], gemm_kind(rows, width / n, s.hidden, s), d, t)?;
+        let id = site_gemm(b, st, r, (rows, width / n, s.hidden), s, d, t)?;
         b.set_io(
             id,
             OpIo::Gemm {
@@ -677,6 +688,68 @@ fn gemm_kind(m: u64, n: u64, k: u64, s: &MlpShape) -> OpKind {
     }
 }
 
+/// Member `r`'s GEMM (m × n, K = k) on its compute stream after `d`: one GEMM, or, while
+/// its weights are being gathered (`st.weights`), one per weight column chunk (n/chunks
+/// wide), each also after its chunk's arrival. Returns the last (the stream is in order).
+fn site_gemm(
+    b: &mut PlanBuilder,
+    st: &RankStreams,
+    r: usize,
+    (m, n, k): (u64, u64, u64),
+    s: &MlpShape,
+    d: &[OpId],
+    t: OpTag,
+) -> Result<OpId, StrategyError> {
+    let Some(w) = &st.weights else {
+        return Ok(b.single(st.compute[r], gemm_kind(m, n, k, s), d, t)?);
+    };
+    let chunks = &w.ready[r];
+    let width = n / chunks.len().max(1) as u64;
+    let mut last = None;
+    for c in chunks {
+        let mut deps = d.to_vec();
+        deps.extend(*c);
+        last = Some(b.single(st.compute[r], gemm_kind(m, width, k, s), &deps, t)?);
+    }
+    last.ok_or(StrategyError::Unsupported("a weight gathered in no chunk"))
+}
+
+/// A ring all-gather of `piece` bytes per member over `st` (simulator-only: no data
+/// flow), each member's first send after `after[r]`. Returns, per held member, its recv
+/// of each step in order: the pieces of members r−1, r−2, … as they arrive.
+pub fn all_gather_steps(
+    b: &mut PlanBuilder,
+    st: &RankStreams,
+    site: u16,
+    piece: u64,
+    after: &[Option<OpId>],
+) -> Result<Vec<Vec<OpId>>, StrategyError> {
+    let n = st.len() as u64;
+    let mut out = vec![Vec::new(); st.held];
+    let none = Region::rows(0, 0, 0);
+    for k in 0..n.saturating_sub(1) {
+        let tags = st.step_tags(b);
+        for (r, got) in out.iter_mut().enumerate() {
+            let d = if k == 0 { deps(after[r]) } else { vec![] };
+            let t = tag(site, k, 0);
+            got.push(ring_step(
+                b,
+                st,
+                r as u64,
+                piece,
+                &tags,
+                &d,
+                t,
+                t,
+                false,
+                (none, none),
+                k > 0,
+            )?);
+        }
+    }
+    Ok(out)
+}
+
 /// The row-parallel GEMM (rows × ffn/N times ffn/N × hidden) of each token block of
 /// `input`, then the reduce-scatter of the partial sums over tokens, so each rank ends
 /// with its own M/N rows, fully reduced. Declares, per rank, `w_<site>`, `p_<site>` (the
@@ -734,7 +807,6 @@ pub fn gemm_rs_with(
         s.dtype,
         |_| BufInit::Poison,
     );
-    let gemm = gemm_kind(rows, s.hidden, s.ffn / n, s);
     // The partial GEMM of block j on rank r, after its input and `extra`.
     let gemm_op = |b: &mut PlanBuilder,
                    r: usize,
@@ -744,7 +816,7 @@ pub fn gemm_rs_with(
      -> Result<OpId, StrategyError> {
         let mut d = deps(input.ready[r][j]);
         d.extend(extra);
-        let id = b.single(st.compute[r], gemm, &d, t)?;
+        let id = site_gemm(b, st, r, (rows, s.hidden, s.ffn / n), s, &d, t)?;
         b.set_io(
             id,
             OpIo::Gemm {

@@ -482,3 +482,48 @@ fn ulysses_all_to_alls_move_their_closed_form_bytes() {
         assert!((x - y).abs() <= 1e-9 * x, "{s}: full {x} vs symmetric {y}");
     }
 }
+
+/// The data-parallel `flash` gathers each forward weight fused with its GEMMs: under a
+/// sequential tensor-parallel site (one GEMM per rank), the QKV GEMM becomes dp GEMMs of
+/// the weight's column chunks, the own chunk's first with no wait for the data-parallel
+/// group, every other after the recv that brought its chunk; `bulk` keeps one GEMM
+/// behind a layer-wide gather.
+#[test]
+fn flash_data_parallelism_fuses_the_parameter_gather_into_the_forward_gemms() {
+    use flashoverlap::strategy::build_with;
+    let mut sc = config::load_scenario("default").unwrap();
+    sc.model = config::load_model("llama-3-8b", None).unwrap();
+    sc.workload = Workload::Layer;
+    sc.parallel.tp = 4;
+    sc.parallel.dp = 2;
+    sc.batch = 1;
+    sc.seq = 2048;
+    let mut qkv_gemms = |dp_site: Strategy| {
+        let mut sites = std::collections::BTreeMap::new();
+        sites.insert("dp".to_string(), dp_site);
+        sc.site_strategies = sites;
+        let plan = build_with(&sc, sc.workload, Strategy::Sequential, false).unwrap();
+        let qkv = plan.sites.iter().position(|x| x == "fwd.qkv").unwrap() as u16;
+        let rank0: Vec<u32> = plan
+            .ops
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| o.rank == 0 && o.tag.site == qkv)
+            .filter(|(_, o)| matches!(o.kind, OpKind::Gemm { .. }))
+            .map(|(i, _)| i as u32)
+            .collect();
+        let gated: Vec<bool> = rank0
+            .iter()
+            .map(|&g| {
+                plan.deps(g).iter().any(|&d| {
+                    let o = &plan.ops[d as usize];
+                    matches!(o.kind, OpKind::Recv { .. })
+                        && plan.streams[o.stream as usize].name == "dp-comm"
+                })
+            })
+            .collect();
+        (rank0.len(), gated)
+    };
+    assert_eq!(qkv_gemms(Strategy::Flash), (2, vec![false, true]));
+    assert_eq!(qkv_gemms(Strategy::Bulk), (1, vec![false]));
+}

@@ -326,8 +326,7 @@ impl Ctx<'_> {
             .unwrap_or(self.strategy)
     }
 
-    /// The data-parallel site's strategy: the `dp` key, else `flash` for flash runs,
-    /// `sequential` for sequential ones and `bulk` (bucketed overlap) otherwise.
+    /// The data-parallel site's strategy (see [`dp_strategy`]).
     fn dp_strategy(&self) -> Strategy {
         dp_strategy(self.strategy, self.sites)
     }
@@ -1064,10 +1063,13 @@ fn ready_blocks(strategy: Strategy, s: &LayerShape, after: &PerRank) -> Blocks {
     bl
 }
 
-/// The data-parallel site's strategy (see `Ctx::dp_strategy`).
+/// The data-parallel site's strategy: the `dp` site key, else `sequential` for
+/// sequential runs and `bulk` (the bucketed overlap) for every other. The Flash-fused
+/// data parallelism is asked for by name (`dp = flash`): it cuts every forward and wgrad
+/// GEMM dp ways, which pays at small dp and costs more than it hides at large dp.
 pub fn dp_strategy(run: Strategy, sites: &BTreeMap<String, Strategy>) -> Strategy {
     sites.get("dp").copied().unwrap_or(match run {
-        Strategy::Flash | Strategy::Sequential => run,
+        Strategy::Sequential => Strategy::Sequential,
         _ => Strategy::Bulk,
     })
 }

@@ -28,12 +28,68 @@ pub struct Args {
     /// Refit saved measurements instead of measuring.
     #[arg(long)]
     pub from: Option<PathBuf>,
+    /// Also measure the GEMM shapes of these `run --out` directories' plans (every
+    /// strategy of each, as it ran): a profile for predicting those runs with their own
+    /// GEMM times, which separates the schedule's error from the GEMM model's.
+    #[arg(long, num_args = 1.., value_name = "DIR")]
+    pub shapes_from: Vec<PathBuf>,
     /// Timed repetitions per measurement (medians are kept).
     #[arg(long, default_value_t = 7)]
     pub repeats: u32,
     /// Overwrite existing files.
     #[arg(long)]
     pub force: bool,
+}
+
+/// The bf16 GEMM shapes (m, n, k) of the plans of `run --out` directories, each
+/// strategy of each as it ran (one rank's schedule when it was emulated), sorted.
+/// Plans are rebuilt on `hardware` (the run's own profile may live on another machine;
+/// shapes do not depend on it).
+pub fn run_shapes(dirs: &[PathBuf], hardware: &str) -> Result<Vec<(u64, u64, u64)>, CliError> {
+    let mut out = std::collections::BTreeSet::new();
+    for dir in dirs {
+        let rf_path = dir.join("run.json");
+        let text = std::fs::read_to_string(&rf_path)
+            .map_err(|e| CliError::input(format!("{}: {e}", rf_path.display())))?;
+        let rf: super::run::RunFile = serde_json::from_str(&text)
+            .map_err(|e| CliError::input(format!("{}: {e}", rf_path.display())))?;
+        let mut file = rf.scenario.clone();
+        file.hardware = hardware.to_string();
+        let sc = config::scenario_from_file(
+            &rf_path.display().to_string(),
+            None,
+            file,
+            &Default::default(),
+        )
+        .map_err(CliError::input)?;
+        let emulate = match (rf.emulate_rank, rf.stand_in.as_deref()) {
+            (Some(r), Some(si)) => Some((
+                r,
+                crate::plan::StandIn::parse(si).ok_or_else(|| {
+                    CliError::input(format!(
+                        "{}: stand_in `{si}` is not one of none, copy",
+                        rf_path.display()
+                    ))
+                })?,
+            )),
+            _ => None,
+        };
+        for strategy in &sc.strategies {
+            let plan = super::run::plan_for(&sc, *strategy, emulate)?;
+            for o in &plan.ops {
+                if let crate::plan::OpKind::Gemm {
+                    m,
+                    n,
+                    k,
+                    dtype: DType::Bf16,
+                } = o.kind
+                {
+                    out.insert((m, n, k));
+                }
+            }
+        }
+    }
+    Ok(out.into_iter().collect())
 }
 
 /// The calibration grid: sizes chosen off the powers of two the default scenarios use, so
@@ -193,10 +249,27 @@ pub fn run(a: Args) -> Result<(), CliError> {
                 .map_err(|e| CliError::input(format!("{}: {e}", p.display())))?;
             (c, format!("refit from {}", p.display()))
         }
-        None => (
-            gpu::calibrate(&grid(), a.repeats).map_err(CliError::run)?,
-            "measured".to_string(),
-        ),
+        None => {
+            let mut shapes = grid();
+            let extra = run_shapes(&a.shapes_from, &a.base)?;
+            let n_extra = extra.len();
+            for sh in extra {
+                if !shapes.contains(&sh) {
+                    shapes.push(sh);
+                }
+            }
+            (
+                gpu::calibrate(&shapes, a.repeats).map_err(CliError::run)?,
+                if a.shapes_from.is_empty() {
+                    "measured".to_string()
+                } else {
+                    format!(
+                        "measured, with the {n_extra} GEMM shapes of {} run directories",
+                        a.shapes_from.len()
+                    )
+                },
+            )
+        }
     };
     if cal.gemms.is_empty() {
         return Err(CliError::input("the calibration has no GEMM samples"));
@@ -274,4 +347,26 @@ pub fn run(a: Args) -> Result<(), CliError> {
     print!("{header}");
     println!("wrote {}", out.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod shapes_tests {
+    use super::*;
+
+    /// The shapes of a checked-in run: rank 0 of llama-3-8b's AG+GEMM at tp 8 over 9216
+    /// tokens, sequential (one 9216-row GEMM) and chunked:4 (2304 rows), FC1 3584 wide
+    /// (gated 2·14336/8), K = hidden 4096.
+    #[test]
+    fn run_directories_give_their_plans_gemm_shapes() {
+        let dir = PathBuf::from("results/h200-2026-12-04/emu-none-llama-ag-gemm-tp8-b3");
+        let shapes = run_shapes(&[dir], "h200-sxm-8").unwrap();
+        assert!(shapes.contains(&(9216, 3584, 4096)), "{shapes:?}");
+        assert!(shapes.contains(&(2304, 3584, 4096)), "{shapes:?}");
+        assert!(
+            shapes.iter().all(|s| grid().iter().all(|g| g != s)),
+            "off the grid"
+        );
+        let e = run_shapes(&[PathBuf::from("no/such/run")], "h200-sxm-8").unwrap_err();
+        assert!(format!("{e:?}").contains("run.json"), "{e:?}");
+    }
 }

@@ -5,23 +5,9 @@
 # scripts/device-h200.sh; carry [".build-cuda"]. Results in $OUT/all.tar.gz.
 set -uo pipefail
 R=/tmp/flashoverlap-r
-if [ -z "${FO_INNER:-}" ]; then
-  rm -rf "$R"; mkdir -p "$R"
-  FO_INNER=1 timeout "${FO_LIMIT_S:-300}" bash "$0" "$@"
-  echo "body exit $?"
-  mkdir -p "${OUT:-/tmp/out}"
-  cp "$R/log.txt" "${OUT:-/tmp/out}/log.txt"
-  tar czf "${OUT:-/tmp/out}/all.tar.gz" -C "$(dirname "$R")" "$(basename "$R")"
-  exit 0
-fi
-SP=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-NL=$(mktemp -d)
-ln -s "$SP/nccl/lib/libnccl.so.2" "$NL/libnccl.so"
-export LD_LIBRARY_PATH=$SP/cu13/lib:$SP/nccl/lib:$NL:${LD_LIBRARY_PATH:-}
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-B=.build-cuda
+FO_DEFAULT_LIMIT_S=300
+. "$(dirname "$0")/device-common.sh"
 HW=hardware-profiles/measured/h200-measured.toml
-exec > >(tee "$R/log.txt") 2>&1
 S=flash,permute-loop,permute-loop-bidir
 echo "== [$(date +%T)] correctness"
 for w in ag-gemm gemm-rs mlp; do for tp in 2 4 8; do

@@ -11,23 +11,8 @@
 # Results come back as $OUT/all.tar.gz (and $OUT/log.txt).
 set -uo pipefail
 R=/tmp/flashoverlap-multi
-if [ -z "${FO_INNER:-}" ]; then
-  rm -rf "$R"; mkdir -p "$R"
-  FO_INNER=1 timeout "${FO_LIMIT_S:-540}" bash "$0" "$@"
-  echo "body exit $?"
-  mkdir -p "${OUT:-/tmp/out}"
-  cp "$R/log.txt" "${OUT:-/tmp/out}/log.txt"
-  tar czf "${OUT:-/tmp/out}/all.tar.gz" -C "$(dirname "$R")" "$(basename "$R")"
-  exit 0
-fi
-SP=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-NL=$(mktemp -d)
-ln -s "$SP/nccl/lib/libnccl.so.2" "$NL/libnccl.so"
-export LD_LIBRARY_PATH=$SP/cu13/lib:$SP/nccl/lib:$NL:${LD_LIBRARY_PATH:-}
-# NVLink multicast stays off (the device README says why).
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-B=.build-cuda
-exec > >(tee "$R/log.txt") 2>&1
+FO_DEFAULT_LIMIT_S=540
+. "$(dirname "$0")/device-common.sh"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv
 nvidia-smi topo -m
 NG=$(nvidia-smi -L | wc -l)

@@ -8,26 +8,9 @@
 #   Then run through the device tool with carry [".build-cuda"].
 # (The 2026-12-03 results were measured by this script as of commit 73a3bbc.)
 set -uo pipefail
-# The body runs under a time limit so the results are always packed; they are kept
-# outside $OUT (which returns a limited number of files) and come back as one tarball.
 R=/tmp/flashoverlap-r
-if [ -z "${FO_INNER:-}" ]; then
-  rm -rf "$R"; mkdir -p "$R"
-  FO_INNER=1 timeout "${FO_LIMIT_S:-540}" bash "$0" "$@"
-  echo "body exit $?"
-  mkdir -p "${OUT:-/tmp/out}"
-  cp "$R/log.txt" "${OUT:-/tmp/out}/log.txt"
-  tar czf "${OUT:-/tmp/out}/all.tar.gz" -C "$(dirname "$R")" "$(basename "$R")"
-  exit 0
-fi
-SP=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-# cudarc opens NCCL as libnccl.so; the wheel ships libnccl.so.2 only.
-NL=$(mktemp -d)
-ln -s "$SP/nccl/lib/libnccl.so.2" "$NL/libnccl.so"
-export LD_LIBRARY_PATH=$SP/cu13/lib:$SP/nccl/lib:$NL:${LD_LIBRARY_PATH:-}
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-B=.build-cuda
-exec > >(tee "$R/log.txt") 2>&1
+FO_DEFAULT_LIMIT_S=540
+. "$(dirname "$0")/device-common.sh"
 stamp() { echo "== [$(date +%T)] $*"; }
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv
 stamp "GPU unit tests"

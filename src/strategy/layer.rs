@@ -531,46 +531,19 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    /// Run `f` on each built tensor-parallel group with its slice of `after`; the
-    /// results are concatenated in rank order.
-    fn per_group(
+    /// Run `f` on each built tensor-parallel group, in order, with the group's streams
+    /// (carrying `site`'s weight chunks when they are being gathered) and its index.
+    fn per_group<T>(
         &mut self,
-        after: &PerRank,
-        mut f: impl FnMut(&mut PlanBuilder, &RankStreams, &PerRank) -> Result<PerRank, StrategyError>,
-    ) -> Result<PerRank, StrategyError> {
-        let tp = self.tp();
-        let mut out = Vec::with_capacity(self.n());
-        for (g, group) in self.groups.iter().enumerate() {
-            let a = after[g * tp..(g + 1) * tp].to_vec();
-            out.extend(f(&mut self.b, group, &a)?);
+        site: &str,
+        mut f: impl FnMut(&mut PlanBuilder, &RankStreams, usize) -> Result<T, StrategyError>,
+    ) -> Result<Vec<T>, StrategyError> {
+        let mut out = Vec::with_capacity(self.groups.len());
+        for g in 0..self.groups.len() {
+            let group = self.group_for(g, site);
+            out.push(f(&mut self.b, &group, g)?);
         }
         Ok(out)
-    }
-
-    /// [`per_group`](Self::per_group) for sites that take and give token blocks.
-    fn per_group_blocks(
-        &mut self,
-        input: &Blocks,
-        mut f: impl FnMut(&mut PlanBuilder, &RankStreams, &Blocks) -> Result<Blocks, StrategyError>,
-    ) -> Result<Blocks, StrategyError> {
-        let tp = self.tp();
-        let mut out: Option<Blocks> = None;
-        for (g, group) in self.groups.iter().enumerate() {
-            let slice = Blocks {
-                ready: input.ready[g * tp..(g + 1) * tp].to_vec(),
-                rows: input.rows.clone(),
-                bufs: input.bufs[g * tp..(g + 1) * tp].to_vec(),
-            };
-            let bl = f(&mut self.b, group, &slice)?;
-            match &mut out {
-                None => out = Some(bl),
-                Some(o) => {
-                    o.ready.extend(bl.ready);
-                    o.bufs.extend(bl.bufs);
-                }
-            }
-        }
-        Ok(out.expect("at least one group"))
     }
 
     fn attention(
@@ -603,10 +576,8 @@ impl Ctx<'_> {
         let shape = s.mlp(s.hidden, s.hidden);
         let site = self.b.site("fwd.attn");
         let tp = self.tp();
-        let mut done = Vec::with_capacity(self.n());
-        for g in 0..self.groups.len() {
-            let group = self.group_for(g, "fwd.proj");
-            let after: PerRank = after[g * tp..(g + 1) * tp].to_vec();
+        let done = self.per_group("fwd.proj", |b, group, g| {
+            let after = slice_ranks(after, g, tp);
             let input = ready_blocks(Strategy::QuerySplit, &s, &after);
             let compute = group.compute.clone();
             let mut before = |b: &mut PlanBuilder, r: usize, j: u64| {
@@ -622,18 +593,11 @@ impl Ctx<'_> {
                 let d: Vec<OpId> = after[r].iter().copied().collect();
                 Ok(Some(b.single(compute[r], kind, &d, tag(site, j))?))
             };
-            let out = sites::gemm_rs_with(
-                &mut self.b,
-                &group,
-                Strategy::QuerySplit,
-                "fwd.proj",
-                &shape,
-                &input,
-                &mut before,
-            )?;
-            done.extend(out.1);
-        }
-        Ok(done)
+            let shape = &shape;
+            let qs = Strategy::QuerySplit;
+            Ok(sites::gemm_rs_with(b, group, qs, "fwd.proj", shape, &input, &mut before)?.1)
+        })?;
+        Ok(done.concat())
     }
 
     /// All token blocks of `strategy` ready on rank r after `after[r]`.
@@ -652,20 +616,18 @@ impl Ctx<'_> {
     ) -> Result<Blocks, StrategyError> {
         let shape = self.s.mlp(k, self.s.ffn);
         let tp = self.tp();
-        let mut out: Option<Blocks> = None;
-        for g in 0..self.groups.len() {
-            let group = self.group_for(g, site);
-            let a: PerRank = after[g * tp..(g + 1) * tp].to_vec();
-            let bl = sites::ag_gemm(&mut self.b, &group, st, site, &shape, width, &a)?;
-            match &mut out {
-                None => out = Some(bl),
-                Some(o) => {
-                    o.ready.extend(bl.ready);
-                    o.bufs.extend(bl.bufs);
-                }
-            }
-        }
-        Ok(out.expect("at least one group"))
+        let parts = self.per_group(site, |b, group, g| {
+            sites::ag_gemm(
+                b,
+                group,
+                st,
+                site,
+                &shape,
+                width,
+                &slice_ranks(after, g, tp),
+            )
+        })?;
+        Ok(concat_blocks(parts))
     }
 
     /// The activation over each block of `input` (FC1's, cut by `st`).
@@ -676,9 +638,11 @@ impl Ctx<'_> {
         input: &Blocks,
     ) -> Result<Blocks, StrategyError> {
         let shape = self.s.mlp(self.s.hidden, self.s.ffn);
-        self.per_group_blocks(input, |b, group, slice| {
-            sites::activation(b, group, st, site, &shape, slice)
-        })
+        let tp = self.tp();
+        let parts = self.per_group(site, |b, group, g| {
+            sites::activation(b, group, st, site, &shape, &slice_blocks(input, g, tp))
+        })?;
+        Ok(concat_blocks(parts))
     }
 
     /// Row-parallel GEMM (K = `k_total`/N, width h) + RS under `st` of `input`'s blocks
@@ -694,27 +658,24 @@ impl Ctx<'_> {
         let shape = self.s.mlp(self.s.hidden, k_total);
         let input = remap(input, input_st, st, self.s.ranks, self.s.tokens());
         let tp = self.tp();
-        let mut out = Vec::with_capacity(self.n());
-        for g in 0..self.groups.len() {
-            let group = self.group_for(g, site);
-            let slice = Blocks {
-                ready: input.ready[g * tp..(g + 1) * tp].to_vec(),
-                rows: input.rows.clone(),
-                bufs: input.bufs[g * tp..(g + 1) * tp].to_vec(),
-            };
-            out.extend(sites::gemm_rs(&mut self.b, &group, st, site, &shape, &slice)?.1);
-        }
-        Ok(out)
+        let parts = self.per_group(site, |b, group, g| {
+            let slice = slice_blocks(&input, g, tp);
+            Ok(sites::gemm_rs(b, group, st, site, &shape, &slice)?.1)
+        })?;
+        Ok(parts.concat())
     }
 
     /// A ring all-gather of every rank's shard of width h (the bulk AG for a wgrad).
     fn bulk_ag(&mut self, site: &str, after: &PerRank) -> Result<PerRank, StrategyError> {
         let piece = self.shard_bytes(self.s.hidden);
-        let site = self.b.site(site);
-        self.per_group(after, |b, group, a| {
-            sites::bulk_all_gather(b, group, site, piece, a)
-        })
+        let id = self.b.site(site);
+        let tp = self.tp();
+        let parts = self.per_group(site, |b, group, g| {
+            sites::bulk_all_gather(b, group, id, piece, &slice_ranks(after, g, tp))
+        })?;
+        Ok(parts.concat())
     }
+
     /// The Ulysses all-to-all's strategy: the `a2a` site key, else `flash-a2a` for
     /// flash-a2a runs and `sequential` otherwise.
     fn a2a_strategy(&self) -> Strategy {
@@ -1061,6 +1022,35 @@ fn ready_blocks(strategy: Strategy, s: &LayerShape, after: &PerRank) -> Blocks {
     let mut bl = Blocks::inputs_ready(strategy, s.ranks, s.tokens(), vec![0; after.len()]);
     bl.ready = after.iter().map(|a| vec![*a; nb]).collect();
     bl
+}
+
+/// Tensor-parallel group `g`'s ranks of `v` (groups of `tp`, in rank order).
+fn slice_ranks(v: &PerRank, g: usize, tp: usize) -> PerRank {
+    v[g * tp..(g + 1) * tp].to_vec()
+}
+
+/// Tensor-parallel group `g`'s ranks of `bl`.
+fn slice_blocks(bl: &Blocks, g: usize, tp: usize) -> Blocks {
+    Blocks {
+        ready: bl.ready[g * tp..(g + 1) * tp].to_vec(),
+        rows: bl.rows.clone(),
+        bufs: bl.bufs[g * tp..(g + 1) * tp].to_vec(),
+    }
+}
+
+/// Groups' blocks joined in rank order (every group cuts tokens the same way).
+fn concat_blocks(parts: Vec<Blocks>) -> Blocks {
+    let mut parts = parts.into_iter();
+    let mut out = parts.next().unwrap_or(Blocks {
+        ready: Vec::new(),
+        rows: Vec::new(),
+        bufs: Vec::new(),
+    });
+    for p in parts {
+        out.ready.extend(p.ready);
+        out.bufs.extend(p.bufs);
+    }
+    out
 }
 
 /// The data-parallel site's strategy: the `dp` site key, else `sequential` for

@@ -154,6 +154,47 @@ fn deps(d: Option<OpId>) -> Vec<OpId> {
     d.into_iter().collect()
 }
 
+/// A send of `piece` bytes from member `r` to member `to` (after `send_deps`) and the
+/// recv of member `from`'s send to `r`, added to launch `l`. `tags[x]` is member x's send
+/// tag for this step.
+struct Pair<'a> {
+    to: u64,
+    from: u64,
+    piece: u64,
+    tags: &'a [u64],
+    send_deps: &'a [OpId],
+    send_tag: OpTag,
+    recv_tag: OpTag,
+    accumulate: bool,
+    io: (Region, Region),
+}
+
+/// Add `p` to launch `l` of member `r`; returns (send, recv).
+fn add_pair(
+    b: &mut PlanBuilder,
+    st: &RankStreams,
+    l: crate::plan::LaunchId,
+    r: u64,
+    p: Pair,
+) -> Result<(OpId, OpId), StrategyError> {
+    let send = OpKind::Send {
+        peer: st.ranks[p.to as usize],
+        bytes: p.piece,
+        tag: p.tags[r as usize],
+    };
+    let s = b.add(l, send, p.send_deps, p.send_tag)?;
+    b.set_io(s, OpIo::Send { src: p.io.0 });
+    let recv = OpKind::Recv {
+        peer: st.ranks[p.from as usize],
+        bytes: p.piece,
+        tag: p.tags[p.from as usize],
+        accumulate: p.accumulate,
+    };
+    let id = b.add(l, recv, &[], p.recv_tag)?;
+    b.set_io(id, OpIo::Recv { dst: p.io.1 });
+    Ok((s, id))
+}
+
 /// One ring step of rank `r`: a group launch on its comm stream of a send of `piece` bytes
 /// to r+1 (after `send_deps`) and a recv of as many from r−1. `tags[x]` is rank x's send
 /// tag for this step; `fused`: a later step of the same collective kernel. Returns the
@@ -173,24 +214,19 @@ fn ring_step(
     fused: bool,
 ) -> Result<OpId, StrategyError> {
     let n = tags.len() as u64;
-    let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
     let l = b.launch_fused(st.comm[r as usize], fused);
-    let send = OpKind::Send {
-        peer: st.ranks[next as usize],
-        bytes: piece,
-        tag: tags[r as usize],
-    };
-    let s = b.add(l, send, send_deps, send_tag)?;
-    b.set_io(s, OpIo::Send { src: io.0 });
-    let recv = OpKind::Recv {
-        peer: st.ranks[prev as usize],
-        bytes: piece,
-        tag: tags[prev as usize],
+    let pair = Pair {
+        to: (r + 1) % n,
+        from: (r + n - 1) % n,
+        piece,
+        tags,
+        send_deps,
+        send_tag,
+        recv_tag,
         accumulate,
+        io,
     };
-    let id = b.add(l, recv, &[], recv_tag)?;
-    b.set_io(id, OpIo::Recv { dst: io.1 });
-    Ok(id)
+    Ok(add_pair(b, st, l, r, pair)?.1)
 }
 
 /// Step `i` of a direct exchange for rank `r`: one group launch on its comm stream of a
@@ -210,24 +246,19 @@ fn exchange_step(
     io: (Region, Region),
 ) -> Result<(OpId, OpId), StrategyError> {
     let n = tags.len() as u64;
-    let (to, from) = ((r + 1 + i) % n, (r + 2 * n - 1 - i) % n);
     let l = b.launch(st.comm[r as usize]);
-    let send = OpKind::Send {
-        peer: st.ranks[to as usize],
-        bytes: piece,
-        tag: tags[r as usize],
-    };
-    let s = b.add(l, send, send_deps, send_tag)?;
-    b.set_io(s, OpIo::Send { src: io.0 });
-    let recv = OpKind::Recv {
-        peer: st.ranks[from as usize],
-        bytes: piece,
-        tag: tags[from as usize],
+    let pair = Pair {
+        to: (r + 1 + i) % n,
+        from: (r + 2 * n - 1 - i) % n,
+        piece,
+        tags,
+        send_deps,
+        send_tag,
+        recv_tag,
         accumulate: false,
+        io,
     };
-    let id = b.add(l, recv, &[], recv_tag)?;
-    b.set_io(id, OpIo::Recv { dst: io.1 });
-    Ok((s, id))
+    add_pair(b, st, l, r, pair)
 }
 
 /// One launch of a bidirectional permute on rank `r`'s comm stream: for each direction
@@ -255,22 +286,18 @@ fn bidir_step(
             continue;
         };
         let (to, from) = if dir == 0 { (next, prev) } else { (prev, next) };
-        let send = OpKind::Send {
-            peer: st.ranks[to as usize],
-            bytes: piece,
-            tag: tags[r as usize],
-        };
-        let s = b.add(l, send, first, t)?;
-        b.set_io(s, OpIo::Send { src });
-        let recv = OpKind::Recv {
-            peer: st.ranks[from as usize],
-            bytes: piece,
-            tag: tags[from as usize],
+        let pair = Pair {
+            to,
+            from,
+            piece,
+            tags,
+            send_deps: first,
+            send_tag: t,
+            recv_tag: t,
             accumulate: false,
+            io: (src, dst),
         };
-        let id = b.add(l, recv, &[], t)?;
-        b.set_io(id, OpIo::Recv { dst });
-        got[dir] = Some(id);
+        got[dir] = Some(add_pair(b, st, l, r, pair)?.1);
     }
     Ok((got[0], got[1]))
 }

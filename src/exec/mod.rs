@@ -2,4 +2,5 @@
 //! measures. Both return a per-op start/end record that `timeline` turns into one schema.
 
 pub mod gpu;
+pub mod host;
 pub mod sim;

@@ -6,9 +6,14 @@
 //! either has data flow for every op or for none.
 //!
 //! A region is a set of rows of one buffer: `blocks` runs of `rows / blocks` rows, the
-//! runs `stride_rows` apart. One run (`blocks = 1`) is a contiguous row range; several
-//! runs express a chunk that takes a few rows from every rank's shard (chunked strategies
-//! in token order), which a GEMM executes as one strided-batched call.
+//! runs `stride_rows` apart. One run (`blocks = 1`) is a contiguous row range; a GEMM
+//! over several runs executes as one strided-batched call.
+//!
+//! A buffer's rows need not be in token order: a `Global` input says where each global
+//! row sits ([`BufInit::Global`], [`Plan::global_rows`](super::Plan::global_rows)), and
+//! every row computed from it keeps its place. Chunked strategies keep their token-sized
+//! buffers chunk-major, so that each chunk is one contiguous block (see
+//! `strategy::sites::piece_row`).
 
 use super::{OpId, OpKind, PlanError};
 use crate::scenario::DType;
@@ -18,14 +23,66 @@ pub type BufId = u32;
 /// How an executor initialises a buffer before a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BufInit {
-    /// Rows `row0 .. row0 + rows` hold the same rows of the global tensor named like the
-    /// buffer (the same on every rank, e.g. the sequence-parallel input `x`); the other
-    /// rows are poisoned.
-    Global { row0: u64, rows: u64 },
+    /// Rows `row0 .. row0 + rows` of the global tensor named like the buffer (the same on
+    /// every rank, e.g. the sequence-parallel input `x`), laid out as `blocks` runs of
+    /// `rows / blocks` consecutive global rows, the first at buffer row `at`, the runs
+    /// `stride_rows` apart. The other rows are poisoned.
+    Global {
+        row0: u64,
+        rows: u64,
+        at: u64,
+        blocks: u32,
+        stride_rows: u64,
+    },
     /// The whole buffer is this rank's own data (a weight shard, a rank-local input).
     Local,
     /// Poisoned (NaN) before the run, so an element no op writes shows up.
     Poison,
+}
+
+impl BufInit {
+    /// Global rows `row0 .. row0 + rows` at the same buffer rows.
+    pub fn global(row0: u64, rows: u64) -> BufInit {
+        BufInit::Global {
+            row0,
+            rows,
+            at: row0,
+            blocks: 1,
+            stride_rows: rows,
+        }
+    }
+
+    /// Global rows `row0 .. row0 + place.rows`, in order, at the rows of `place` (its
+    /// buffer is ignored).
+    pub fn global_at(row0: u64, place: Region) -> BufInit {
+        BufInit::Global {
+            row0,
+            rows: place.rows,
+            at: place.row0,
+            blocks: place.blocks.max(1),
+            stride_rows: place.stride_rows,
+        }
+    }
+
+    /// For a `Global` init, where its rows sit: (buffer row, global row, rows) per run.
+    pub fn global_runs(&self) -> Vec<(u64, u64, u64)> {
+        match *self {
+            BufInit::Global {
+                row0,
+                rows,
+                at,
+                blocks,
+                stride_rows,
+            } => {
+                let b = blocks.max(1) as u64;
+                let per = rows / b;
+                (0..b)
+                    .map(|j| (at + j * stride_rows, row0 + j * per, per))
+                    .collect()
+            }
+            BufInit::Local | BufInit::Poison => Vec::new(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -158,6 +215,47 @@ pub enum DataflowError {
     Shape { op: OpId, what: String },
     #[error("op {op}: data flow kind does not match the op kind")]
     KindMismatch { op: OpId },
+    #[error("buffer `{name}` of rank {rank}: {what}")]
+    BadInit {
+        name: String,
+        rank: u32,
+        what: String,
+    },
+}
+
+/// Check that every `Global` init's runs lie within its buffer.
+pub(super) fn check_inits(bufs: &[BufferInfo]) -> Result<(), DataflowError> {
+    for b in bufs {
+        if let BufInit::Global {
+            rows,
+            blocks,
+            stride_rows,
+            ..
+        } = b.init
+        {
+            let bad = |what: String| DataflowError::BadInit {
+                name: b.name.clone(),
+                rank: b.rank,
+                what,
+            };
+            let n = blocks.max(1) as u64;
+            if rows % n != 0 || (n > 1 && stride_rows < rows / n) {
+                return Err(bad(format!(
+                    "{rows} global rows in {n} runs {stride_rows} rows apart"
+                )));
+            }
+            if let Some(&(at, _, per)) = b.init.global_runs().last()
+                && at + per > b.rows
+            {
+                return Err(bad(format!(
+                    "global rows placed up to row {} of its {} rows",
+                    at + per,
+                    b.rows
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 impl From<DataflowError> for PlanError {

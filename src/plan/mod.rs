@@ -298,6 +298,21 @@ impl Plan {
     pub fn has_dataflow(&self) -> bool {
         !self.io.is_empty()
     }
+    /// Where the global tensor `name` sits in the buffers of that name: (buffer row,
+    /// global row, rows) per run of every rank's `Global` init, sorted and without
+    /// repeats. Rows computed from that tensor keep its rows' places, so this maps a
+    /// result row back to its token.
+    pub fn global_rows(&self, name: &str) -> Vec<(u64, u64, u64)> {
+        let mut runs: Vec<(u64, u64, u64)> = self
+            .buffers
+            .iter()
+            .filter(|b| b.name == name)
+            .flat_map(|b| b.init.global_runs())
+            .collect();
+        runs.sort_unstable();
+        runs.dedup();
+        runs
+    }
     /// An order in which launch starts (`2·l`) and ends (`2·l + 1`) can be issued by one
     /// host thread so that everything each waits for was issued before it: what an
     /// executor that enqueues work on asynchronous streams needs. Fails on a deadlock.

@@ -174,6 +174,7 @@ pub(super) fn finish(b: PlanBuilder) -> Result<Plan, PlanError> {
             all.push(x);
         }
         plan.io = all;
+        super::dataflow::check_inits(&plan.buffers)?;
         for (r, o) in plan.outputs.iter().enumerate() {
             let ok = plan
                 .buffers

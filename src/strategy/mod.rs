@@ -11,7 +11,7 @@ pub mod collective;
 pub mod layer;
 mod sites;
 
-pub use sites::{Blocks, RankStreams, block_region};
+pub use sites::{Blocks, RankStreams, block_region, piece_row, shard_region};
 
 use crate::plan::{BufInit, Plan, PlanBuilder, PlanError, Region};
 use crate::scenario::{Scenario, Strategy, Workload};
@@ -160,13 +160,12 @@ pub fn build_with(
     let streams = RankStreams::declare(&mut b);
     let (m, h) = (shape.tokens, shape.hidden);
     let n = shape.ranks as u64;
-    let shard = m / n;
     // Each rank's result: all of `y` for AG+GEMM, its own shard of the reduced sums
-    // otherwise.
+    // otherwise (where the strategy's layout keeps it).
     let shard_of = |bufs: Vec<crate::plan::BufId>| -> Vec<Region> {
         bufs.iter()
             .enumerate()
-            .map(|(r, &p)| Region::rows(p, r as u64 * shard, shard))
+            .map(|(r, &p)| sites::shard_region(strategy, shape.ranks, m, p, r as u64))
             .collect()
     };
     let inputs = vec![None; n as usize];

@@ -507,26 +507,36 @@ impl Loaded {
                 offset,
                 len,
                 index0,
+                runs,
+                stride,
             } = b.init
             {
-                if offset + len > b.elems {
+                let end = runs
+                    .checked_sub(1)
+                    .and_then(|r| r.checked_mul(stride))
+                    .and_then(|x| x.checked_add(offset))
+                    .and_then(|x| x.checked_add(len));
+                if end.is_none_or(|e| e > b.elems) {
                     return Err(CudaError::Program(format!(
                         "buffer {i}: random range past its end"
                     )));
                 }
-                let (mut p, mut n, mut key, mut i0) = (p + offset * 2, len, key, index0);
-                self.launch(
-                    b.device,
-                    d.f_random,
-                    n,
-                    s,
-                    &mut [
-                        ptr_of(&mut p),
-                        ptr_of(&mut n),
-                        ptr_of(&mut key),
-                        ptr_of(&mut i0),
-                    ],
-                )?;
+                for j in 0..runs {
+                    let (mut p, mut n, mut key, mut i0) =
+                        (p + (offset + j * stride) * 2, len, key, index0 + j * len);
+                    self.launch(
+                        b.device,
+                        d.f_random,
+                        n,
+                        s,
+                        &mut [
+                            ptr_of(&mut p),
+                            ptr_of(&mut n),
+                            ptr_of(&mut key),
+                            ptr_of(&mut i0),
+                        ],
+                    )?;
+                }
             }
         }
         self.sync()
@@ -1393,22 +1403,12 @@ mod tests {
                 Buffer {
                     device: 0,
                     elems: n,
-                    init: Init::Random {
-                        key: 1,
-                        offset: 0,
-                        len: n,
-                        index0: 0,
-                    },
+                    init: Init::random(1, n),
                 },
                 Buffer {
                     device: 0,
                     elems: n,
-                    init: Init::Random {
-                        key: 2,
-                        offset: 0,
-                        len: n,
-                        index0: 0,
-                    },
+                    init: Init::random(2, n),
                 },
                 Buffer {
                     device: 0,
@@ -1571,15 +1571,7 @@ mod tests {
             init,
         };
         let l = Loaded::new(Program {
-            buffers: vec![
-                buf(Init::Random {
-                    key: 9,
-                    offset: 0,
-                    len: n,
-                    index0: 0,
-                }),
-                buf(Init::Poison),
-            ],
+            buffers: vec![buf(Init::random(9, n)), buf(Init::Poison)],
             streams: vec![0],
             spans: 1,
             steps: vec![
@@ -1653,18 +1645,65 @@ mod tests {
     /// arithmetic (the reference check uses the same kernels, so it cannot catch their
     /// bugs).
     #[test]
+    fn random_runs_lay_consecutive_values_out_in_pieces() {
+        if !gpu_or_skip() {
+            return;
+        }
+        let init = Init::Random {
+            key: 5,
+            offset: 2,
+            len: 4,
+            index0: 10,
+            runs: 3,
+            stride: 10,
+        };
+        let l = Loaded::new(Program {
+            buffers: vec![Buffer {
+                device: 0,
+                elems: 40,
+                init,
+            }],
+            streams: vec![0],
+            ..Default::default()
+        })
+        .unwrap();
+        l.initialise().unwrap();
+        let got = l.read(0, 0, 40).unwrap();
+        for (e, &v) in got.iter().enumerate() {
+            let e = e as u64;
+            let (j, i) = ((e.saturating_sub(2)) / 10, (e.saturating_sub(2)) % 10);
+            if e >= 2 && j < 3 && i < 4 {
+                assert_eq!(
+                    v,
+                    f32_to_bf16(random_value(5, 10 + j * 4 + i)),
+                    "element {e}"
+                );
+            } else {
+                assert_eq!(v, POISON, "element {e}");
+            }
+        }
+        // A run past the end is refused.
+        let l = Loaded::new(Program {
+            buffers: vec![Buffer {
+                device: 0,
+                elems: 31,
+                init,
+            }],
+            streams: vec![0],
+            ..Default::default()
+        })
+        .unwrap();
+        assert!(l.initialise().is_err());
+    }
+
+    #[test]
     fn strided_activation_and_add_match_the_host() {
         if !gpu_or_skip() {
             return;
         }
         let (rows, cols, blocks, stride) = (5u64, 64u64, 3u32, 7u64);
         let elems = (stride * blocks as u64 + rows) * cols + 64;
-        let rnd = |key| Init::Random {
-            key,
-            offset: 0,
-            len: elems,
-            index0: 0,
-        };
+        let rnd = |key| Init::random(key, elems);
         let buf = |init| Buffer {
             device: 0,
             elems,

@@ -13,14 +13,31 @@ pub struct Ptr {
 pub enum Init {
     /// Every element NaN (bf16 0x7FC0): an element no op writes stays NaN.
     Poison,
-    /// Elements `offset .. offset + len` get `random(key, index0 + i)` (uniform in
-    /// [−1, 1), see [`random_value`]); the rest are poisoned.
+    /// `runs` runs of `len` elements, run j at element `offset + j·stride`, get
+    /// `random(key, index0 + j·len + i)` (uniform in [−1, 1), see [`random_value`]): a
+    /// tensor's consecutive elements laid out in pieces. The rest are poisoned.
     Random {
         key: u64,
         offset: u64,
         len: u64,
         index0: u64,
+        runs: u64,
+        stride: u64,
     },
+}
+
+impl Init {
+    /// Elements `0 .. len` get `random(key, i)`.
+    pub fn random(key: u64, len: u64) -> Init {
+        Init::Random {
+            key,
+            offset: 0,
+            len,
+            index0: 0,
+            runs: 1,
+            stride: len,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -18,12 +18,7 @@ fn random(p: &mut fc::Program, elems: u64, key: u64) -> u32 {
     p.buffers.push(fc::Buffer {
         device: 0,
         elems,
-        init: fc::Init::Random {
-            key,
-            offset: 0,
-            len: elems,
-            index0: 0,
-        },
+        init: fc::Init::random(key, elems),
     });
     p.buffers.len() as u32 - 1
 }

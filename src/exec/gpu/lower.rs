@@ -98,18 +98,24 @@ pub(super) fn lower(plan: &Plan, devices: u32, transport: Transport) -> Result<L
         let elems = b.rows * b.cols;
         let init = match b.init {
             BufInit::Poison => fc::Init::Poison,
-            BufInit::Local => fc::Init::Random {
-                key: data_key(&b.name, Some(b.rank)),
-                offset: 0,
-                len: elems,
-                index0: 0,
-            },
-            BufInit::Global { row0, rows } => fc::Init::Random {
-                key: data_key(&b.name, None),
-                offset: row0 * b.cols,
-                len: rows * b.cols,
-                index0: row0 * b.cols,
-            },
+            BufInit::Local => fc::Init::random(data_key(&b.name, Some(b.rank)), elems),
+            BufInit::Global {
+                row0,
+                rows,
+                at,
+                blocks,
+                stride_rows,
+            } => {
+                let runs = blocks.max(1) as u64;
+                fc::Init::Random {
+                    key: data_key(&b.name, None),
+                    offset: at * b.cols,
+                    len: rows / runs * b.cols,
+                    index0: row0 * b.cols,
+                    runs,
+                    stride: stride_rows * b.cols,
+                }
+            }
         };
         debug_assert_eq!(p.buffers.len(), i);
         p.buffers.push(fc::Buffer {

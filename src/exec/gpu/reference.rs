@@ -1,7 +1,8 @@
 //! The reference a run's results are checked against: the workload computed the plain
 //! way on one GPU — one full GEMM per rank on the whole gathered input, the activation,
 //! the second GEMM, and the reduction as a sum of every rank's partials — from the same
-//! random inputs (same keys) as the run. Tensor names are the workload's: `x` (input,
+//! random inputs (same keys) as the run, in token order; a result's rows are compared
+//! with the tokens they hold ([`crate::exec::host::RowMap`]). Tensor names are the workload's: `x` (input,
 //! sequence-sharded), `w_fc1`, `a` (the rank-local input of `gemm-rs`), `w_fc2`.
 
 use super::{GpuError, data_key, rel_frobenius};
@@ -36,12 +37,7 @@ impl Builder {
             device: self.device,
             elems,
             init: match key {
-                Some(key) => fc::Init::Random {
-                    key,
-                    offset: 0,
-                    len: elems,
-                    index0: 0,
-                },
+                Some(key) => fc::Init::random(key, elems),
                 None => fc::Init::Poison,
             },
         });
@@ -186,6 +182,8 @@ pub(super) fn check(
     let reference = fc::Loaded::new(b.p).map_err(cuda)?;
     reference.initialise().map_err(cuda)?;
     reference.run().map_err(cuda)?;
+    // Result rows map to reference rows (tokens) as the plan laid its input out.
+    let map = crate::exec::host::RowMap::of(plan);
     let mut worst = 0.0f64;
     for (r, &part) in parts.iter().enumerate().take(n as usize) {
         if only.is_some_and(|o| o as usize != r) {
@@ -198,12 +196,16 @@ pub(super) fn check(
                 "reference: rank {r}'s result has {cols} columns, the reference {width}"
             )));
         }
-        let got = run
-            .read(out.buf, out.row0 * cols, out.rows * cols)
-            .map_err(cuda)?;
-        let want = reference
-            .read(part, out.row0 * cols, out.rows * cols)
-            .map_err(cuda)?;
+        let pieces = map.pieces(out).ok_or_else(|| {
+            GpuError::Cuda(format!(
+                "reference: rank {r}'s result holds rows of no token"
+            ))
+        })?;
+        let (mut got, mut want) = (Vec::new(), Vec::new());
+        for (at, g, rows) in pieces {
+            got.extend(run.read(out.buf, at * cols, rows * cols).map_err(cuda)?);
+            want.extend(reference.read(part, g * cols, rows * cols).map_err(cuda)?);
+        }
         let f = |v: Vec<u16>| v.into_iter().map(fc::bf16_to_f32).collect::<Vec<f32>>();
         worst = worst.max(rel_frobenius(&f(got), &f(want)));
     }

@@ -7,16 +7,26 @@
 #     cargo test --release -p flashoverlap-cuda --no-run && scripts/stage-cuda.sh
 #   Then run through the device tool with carry [".build-cuda"].
 # (The 2026-12-03 results were measured by this script as of commit 73a3bbc.)
+# Every run and the calibration start each measurement with the default heater (--heat-ms
+# 5: the GPU at its sustained-load clocks); at the end, a rested calibration and the llama
+# compute-side runs without heater show what the protocol changes.
 set -uo pipefail
 R=/tmp/flashoverlap-r
 FO_DEFAULT_LIMIT_S=540
 . "$(dirname "$0")/device-common.sh"
 stamp() { echo "== [$(date +%T)] $*"; }
-nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version,power.limit --format=csv
+# Clocks, power and temperature through the session (read only).
+F=clocks_event_reasons.active
+nvidia-smi --query-gpu=$F --format=csv >/dev/null 2>&1 || F=clocks_throttle_reasons.active
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,$F \
+  --format=csv -lms 250 > "$R/smi.csv" 2>&1 &
+SMI=$!
 stamp "GPU unit tests"
 REQUIRE_GPU=1 $B/cuda-tests --test-threads 1 2>&1 | tail -n 15
 stamp "calibrate"
-$B/flashoverlap calibrate --base h200-sxm-8 --name h200-measured --out "$R/h200-measured.toml" --force
+$B/flashoverlap calibrate --base h200-sxm-8 --name h200-measured --out "$R/h200-measured.toml" \
+  --repeats 5 --force
 HW="$R/h200-measured.toml"
 [ -f "$HW" ] || HW=h200-sxm-8
 S=sequential,chunked:2,chunked:4,flash,direct,permute-loop
@@ -54,4 +64,13 @@ for w in ag-gemm gemm-rs mlp; do for tp in 2 4 8; do
 done; done
 stamp "validate (calibrated profile)"
 $B/flashoverlap validate "$R"/emu-* --hardware "$HW" --out "$R/validate.json" --force | tail -n 3
+stamp "rested protocol: calibration without heater, llama compute-side runs without heater"
+$B/flashoverlap calibrate --base h200-sxm-8 --name h200-rested --out "$R/rested/h200-rested.toml" \
+  --repeats 5 --heat-ms 0 --force | tail -n 3
+for w in ag-gemm gemm-rs mlp; do for tp in 2 4 8; do for b in 3 10; do
+  $B/flashoverlap run --hardware "$HW" --model llama-3-8b --workload $w --tp $tp --batch $b \
+    --seq 3072 --strategy $S --emulate-rank 0 --stand-in none --warmup 3 --repeats 10 \
+    --heat-ms 0 --out "$R/rested/emu-none-llama-$w-tp$tp-b$b" --force | tail -n 7
+done; done; done
+kill $SMI
 stamp done

@@ -41,6 +41,21 @@ pub struct Comparison {
     /// Measured makespan over the sum of the measured compute-stream op durations, minus
     /// one: idle gaps on the busiest compute stream (executor overhead when it runs alone).
     pub compute_gap_pct: f64,
+    /// Spread of the measured makespan over the run's repetitions: (p90 − p10) / median,
+    /// when the run recorded them.
+    pub measured_spread_pct: Option<f64>,
+}
+
+/// (p90 − p10) / median of `v` in percent (nearest rank); `None` for fewer than 2.
+pub fn spread_pct(v: &[f64]) -> Option<f64> {
+    if v.len() < 2 {
+        return None;
+    }
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    let at = |q: f64| v[((q * (v.len() - 1) as f64).round() as usize).min(v.len() - 1)];
+    let med = at(0.5);
+    (med > 0.0).then(|| (at(0.9) - at(0.1)) / med * 100.0)
 }
 
 fn stream_spans(t: &Timeline) -> Vec<&crate::timeline::Span> {
@@ -136,6 +151,7 @@ pub fn compare(predicted: &Timeline, measured: &Timeline) -> Result<Comparison, 
         } else {
             0.0
         },
+        measured_spread_pct: None,
     })
 }
 
@@ -147,6 +163,9 @@ pub struct Summary {
     pub median_abs_makespan_error_pct: f64,
     pub worst_abs_makespan_error_pct: f64,
     pub median_per_op_error_pct: f64,
+    /// Median over the cases that recorded repetitions of their measured spread.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub median_measured_spread_pct: Option<f64>,
 }
 
 pub fn summarize(cs: &[Comparison]) -> Summary {
@@ -160,6 +179,10 @@ pub fn summarize(cs: &[Comparison]) -> Summary {
         median_abs_makespan_error_pct: median(errs.clone()),
         worst_abs_makespan_error_pct: errs.iter().cloned().fold(0.0, f64::max),
         median_per_op_error_pct: median(ops),
+        median_measured_spread_pct: {
+            let v: Vec<f64> = cs.iter().filter_map(|c| c.measured_spread_pct).collect();
+            (!v.is_empty()).then(|| median(v))
+        },
     }
 }
 
@@ -169,8 +192,8 @@ pub fn table(cs: &[Comparison]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<40} {:<12} {:>14} {:>13} {:>9}  per-op median |err| by class",
-        "case", "strategy", "predicted_us", "measured_us", "error_%"
+        "{:<40} {:<12} {:>14} {:>13} {:>9} {:>9}  per-op median |err| by class",
+        "case", "strategy", "predicted_us", "measured_us", "error_%", "spread_%"
     );
     for c in cs {
         let per: Vec<String> = c
@@ -178,14 +201,18 @@ pub fn table(cs: &[Comparison]) -> String {
             .iter()
             .map(|r| format!("{} {:.1}%", r.class, r.median_abs_op_error_pct))
             .collect();
+        let spread = c
+            .measured_spread_pct
+            .map_or_else(|| "-".to_string(), |x| format!("{x:.2}"));
         let _ = writeln!(
             s,
-            "{:<40} {:<12} {:>14.1} {:>13.1} {:>9.2}  {}",
+            "{:<40} {:<12} {:>14.1} {:>13.1} {:>9.2} {:>9}  {}",
             c.scenario,
             c.strategy,
             c.predicted_makespan_us,
             c.measured_makespan_us,
             c.makespan_error_pct,
+            spread,
             per.join(", ")
         );
     }
@@ -198,6 +225,12 @@ pub fn table(cs: &[Comparison]) -> String {
         sm.worst_abs_makespan_error_pct,
         sm.median_per_op_error_pct
     );
+    if let Some(x) = sm.median_measured_spread_pct {
+        let _ = writeln!(
+            s,
+            "measured makespans over each run's repetitions: median spread (p90 - p10) {x:.2}%"
+        );
+    }
     s
 }
 
@@ -236,6 +269,15 @@ mod tests {
                 .iter()
                 .all(|r| (r.median_abs_op_error_pct - 20.0).abs() < 1e-9)
         );
+    }
+
+    #[test]
+    fn spreads_are_the_p10_to_p90_width_over_the_median() {
+        assert_eq!(spread_pct(&[1.0]), None);
+        let v: Vec<f64> = (1..=11).map(f64::from).collect();
+        // p10 = 2, p90 = 10, median 6.
+        assert!((spread_pct(&v).unwrap() - 8.0 / 6.0 * 100.0).abs() < 1e-9);
+        assert_eq!(spread_pct(&[5.0, 5.0, 5.0]), Some(0.0));
     }
 
     #[test]

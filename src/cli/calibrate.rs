@@ -36,6 +36,14 @@ pub struct Args {
     /// Timed repetitions per measurement (medians are kept).
     #[arg(long, default_value_t = 7)]
     pub repeats: u32,
+    /// Milliseconds of large GEMMs (untimed) before each timed GEMM, so each runs at the
+    /// clocks sustained load gives the GPU, as `run` starts its schedules; 0: let the GPU
+    /// rest between GEMMs instead (the clocks of a short burst).
+    #[arg(long, default_value_t = gpu::HEAT_MS)]
+    pub heat_ms: f64,
+    /// Seconds of those GEMMs before the first measurement (the temperature settles).
+    #[arg(long, default_value_t = 20.0)]
+    pub warm_s: f64,
     /// Overwrite existing files.
     #[arg(long)]
     pub force: bool,
@@ -114,6 +122,26 @@ pub fn grid() -> Vec<(u64, u64, u64)> {
         }
     }
     v
+}
+
+/// How the GEMM grid was timed, for the profile's header.
+fn protocol_note(cal: &Calibration) -> String {
+    let sus = cal.gemm_sustained_s / cal.gemm_alone_s;
+    if cal.heat_ms > 0.0 {
+        format!(
+            "# GEMMs were timed at sustained-load clocks: {heat} ms of 8192x8192x4096 GEMMs \
+             before each\n#   (after {warm} s of them). 200 8192^3 GEMMs back to back take \
+             {sus:.3}x a short burst's time each.\n",
+            heat = cal.heat_ms,
+            warm = cal.warm_s,
+        )
+    } else {
+        format!(
+            "# GEMMs were timed in short bursts on a rested GPU; under sustained load (200 \
+             8192^3\n#   GEMMs back to back) one takes {sus:.3}x as long (the power limit \
+             lowers clocks).\n"
+        )
+    }
 }
 
 /// The fitted GEMM parameters and the fit's quality.
@@ -259,7 +287,15 @@ pub fn run(a: Args) -> Result<(), CliError> {
                 }
             }
             (
-                gpu::calibrate(&shapes, a.repeats).map_err(CliError::run)?,
+                gpu::calibrate(
+                    &shapes,
+                    gpu::CalibrationProtocol {
+                        repeats: a.repeats,
+                        heat_ms: a.heat_ms,
+                        warm_s: a.warm_s,
+                    },
+                )
+                .map_err(CliError::run)?,
                 if a.shapes_from.is_empty() {
                     "measured".to_string()
                 } else {
@@ -298,8 +334,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
          # memory_efficiency = D2D copy bandwidth {copy:.0} GB/s (read + write) / hbm_gbps.\n\
          # elementwise.efficiency = add kernel {add:.0} GB/s (2 reads + 1 write) / hbm_gbps;\n\
          #   elementwise.launch_us = back-to-back tiny kernels, {launch:.2} us each.\n\
-         # GEMMs were timed in short bursts on a rested GPU; under sustained load (200 8192^3\n\
-         #   GEMMs back to back) one takes {sus:.3}x as long (the power limit lowers clocks).\n\
+         {protocol}\
          # Interference: an 8192^3 GEMM takes {gs:.3}x as long beside a copy loop\n\
          #   (interference.gemm_slowdown_beside_transfer); a 1 GiB copy takes {cs:.3}x\n\
          #   beside the GEMM (interference.memory_op_slowdown_beside_gemm).\n",
@@ -314,8 +349,8 @@ pub fn run(a: Args) -> Result<(), CliError> {
         add = cal.add_bytes_per_s / 1e9,
         launch = cal.launch_s * 1e6,
         gs = gemm_slow,
-        sus = cal.gemm_sustained_s / cal.gemm_alone_s,
         cs = copy_slow,
+        protocol = protocol_note(&cal),
     );
     let header = match cal.p2p {
         Some(p) => format!(

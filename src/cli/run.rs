@@ -46,6 +46,11 @@ pub struct Args {
     /// Skip the comparison of every rank's result with the reference.
     #[arg(long)]
     pub no_check: bool,
+    /// Milliseconds of large GEMMs (untimed) on every GPU before each run, so every run
+    /// starts at the clocks sustained load gives the GPU, as `calibrate` measures GEMMs;
+    /// 0: none.
+    #[arg(long, default_value_t = gpu::HEAT_MS)]
+    pub heat_ms: f64,
     /// Abort a run that has not finished after this many seconds and name the op that
     /// waited (0: no watchdog).
     #[arg(long, default_value_t = 60.0)]
@@ -176,6 +181,9 @@ pub struct RunFile {
     /// the prediction runs in parallel, and `validate` skips the run).
     #[serde(default = "yes")]
     pub comparable: bool,
+    /// Heater before each run, ms (absent in runs made before the heater existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heat_ms: Option<f64>,
 }
 
 fn yes() -> bool {
@@ -301,6 +309,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
         },
         watchdog: (a.watchdog_s > 0.0).then_some(a.watchdog_s),
         process: None,
+        heat_ms: a.heat_ms,
     };
     let mut opts = opts;
     let ids = match process_rank(&a, sc.strategies.len())? {
@@ -386,6 +395,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
             stand_in: emulate.map(|e| e.1.name().to_string()),
             transport: opts.transport.name().to_string(),
             comparable: results.iter().all(|m| m.comparable),
+            heat_ms: Some(opts.heat_ms),
         })
         .expect("run file serializes");
         run_json.push('\n');

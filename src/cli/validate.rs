@@ -102,6 +102,20 @@ pub fn compare_dir(
         )),
         _ => None,
     };
+    // Each strategy's repeated makespans, when the run recorded them (results.json).
+    let repeats: std::collections::BTreeMap<String, Vec<f64>> =
+        std::fs::read_to_string(dir.join("results.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|v| v.get("results").and_then(|r| r.as_array()).cloned())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|r| {
+                let s = r.get("strategy")?.as_str()?.to_string();
+                let v = r.get("repeat_makespans_us")?.as_array()?;
+                Some((s, v.iter().filter_map(|x| x.as_f64()).collect()))
+            })
+            .collect();
     for name in &rf.scenario.strategies {
         let strategy = crate::scenario::Strategy::parse(name).map_err(CliError::input)?;
         let label = strategy.to_string();
@@ -119,7 +133,11 @@ pub fn compare_dir(
             None => read_timeline(&dir.join(format!("predicted-{}.json", stem(&label))))?,
         };
         predicted.scenario = case.clone();
-        out.push(compare(&predicted, &measured).map_err(CliError::input)?);
+        let mut c = compare(&predicted, &measured).map_err(CliError::input)?;
+        c.measured_spread_pct = repeats
+            .get(&label)
+            .and_then(|v| crate::validate::spread_pct(v));
+        out.push(c);
     }
     Ok(out)
 }

@@ -601,6 +601,14 @@ impl Loaded {
                 }
                 .map_err(|e| nccl_err("ncclAllReduce", e))?;
             }
+            for st in &self.program.preamble {
+                if let Step::Launch { stream, kernel } = *st
+                    && stream as usize == first
+                {
+                    self.kernel(stream, kernel)?;
+                }
+            }
+            self.bind(d as u32)?;
             // SAFETY (here and in the steps below): events, streams and contexts were
             // made in `new` and live as long as `self`.
             unsafe { cu::event::record(t0, self.streams[first]) }
@@ -1224,7 +1232,22 @@ pub fn check(p: &Program) -> Result<()> {
             what,
         )
     };
-    for (i, st) in p.steps.iter().enumerate() {
+    for (i, st) in p.preamble.iter().enumerate() {
+        let Step::Launch { stream, .. } = *st else {
+            return bad(format!(
+                "preamble step {i}: only kernel launches may run there"
+            ));
+        };
+        let dev = p.streams.get(stream as usize);
+        let first = dev.and_then(|d| p.streams.iter().position(|x| x == d));
+        if first != Some(stream as usize) {
+            return bad(format!(
+                "preamble step {i}: stream {stream} is not the first stream of its device"
+            ));
+        }
+    }
+    // Preamble kernels are checked as steps numbered before the program's.
+    for (i, st) in p.preamble.iter().chain(&p.steps).enumerate() {
         let stream = match *st {
             Step::Record { stream, event } | Step::Wait { stream, event } => {
                 if event >= p.events {
@@ -1361,6 +1384,7 @@ mod tests {
                 },
             }],
             nccl: Vec::new(),
+            preamble: Vec::new(),
         };
         assert!(check(&p).is_ok());
         p.steps[0] = Step::Launch {
@@ -1383,6 +1407,74 @@ mod tests {
             end: false,
         };
         assert!(check(&p).is_err());
+        // The preamble: kernel launches on the first stream of a device, in bounds.
+        p.steps.clear();
+        let copy = |stream, offset| Step::Launch {
+            stream,
+            kernel: Kernel::Copy {
+                dst: Ptr { buf: 0, offset: 0 },
+                src: Ptr { buf: 0, offset },
+                bytes: 64,
+            },
+        };
+        p.streams = vec![0, 0];
+        p.preamble = vec![copy(0, 32)];
+        assert!(check(&p).is_ok());
+        p.preamble = vec![copy(1, 32)];
+        assert!(check(&p).is_err(), "second stream of the device");
+        p.preamble = vec![copy(0, 33)];
+        assert!(check(&p).is_err(), "out of bounds");
+        p.preamble = vec![Step::Record {
+            stream: 0,
+            event: 0,
+        }];
+        assert!(check(&p).is_err(), "not a launch");
+    }
+
+    /// The preamble runs before every run, outside the timed spans: a 50 µs sleep there
+    /// leaves a tiny span tiny.
+    #[test]
+    fn the_preamble_runs_untimed_before_every_run() {
+        if !gpu_or_skip() {
+            return;
+        }
+        let p = Program {
+            buffers: vec![],
+            streams: vec![0, 0],
+            events: 0,
+            spans: 1,
+            steps: vec![
+                Step::Mark {
+                    stream: 1,
+                    span: 0,
+                    end: false,
+                },
+                Step::Launch {
+                    stream: 1,
+                    kernel: Kernel::Sleep { ns: 1_000 },
+                },
+                Step::Mark {
+                    stream: 1,
+                    span: 0,
+                    end: true,
+                },
+            ],
+            nccl: Vec::new(),
+            preamble: vec![Step::Launch {
+                stream: 0,
+                kernel: Kernel::Sleep { ns: 50_000 },
+            }],
+        };
+        let l = Loaded::new(p).unwrap();
+        l.initialise().unwrap();
+        for _ in 0..3 {
+            let t = std::time::Instant::now();
+            let m = l.run().unwrap();
+            let host = t.elapsed().as_secs_f64();
+            let (s, e) = m.spans[0];
+            assert!(e - s < 40e-6, "span {} s holds the preamble", e - s);
+            assert!(host > 45e-6, "the preamble did not run ({host} s)");
+        }
     }
 
     /// Runs only where a GPU is present; prints why it skips otherwise, and fails
@@ -1451,6 +1543,7 @@ mod tests {
                 },
             ],
             nccl: Vec::new(),
+            preamble: Vec::new(),
         };
         let l = Loaded::new(p).unwrap();
         l.initialise().unwrap();

@@ -156,6 +156,11 @@ pub struct Program {
     /// Device of each NCCL rank, in rank order (one communicator over them, made with
     /// `ncclCommInitAll`); empty when the program has no NCCL steps. Devices are distinct.
     pub nccl: Vec<u32>,
+    /// Kernels issued at the start of every run, before its start event, each on the
+    /// first stream of its device (`Step::Launch` only): untimed work that puts the GPU
+    /// in a known state — a heater that brings the clocks to what sustained load gives
+    /// them, an L2 flush — and keeps it busy while the host issues the run.
+    pub preamble: Vec<Step>,
 }
 
 impl Program {

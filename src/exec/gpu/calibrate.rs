@@ -76,15 +76,22 @@ fn durations(p: fc::Program, warmup: u32, repeats: u32) -> Result<Vec<f64>, GpuE
     Ok(per.into_iter().map(median).collect())
 }
 
-pub(super) fn calibrate(shapes: &[(u64, u64, u64)], repeats: u32) -> Result<Calibration, GpuError> {
+pub(super) fn calibrate(
+    shapes: &[(u64, u64, u64)],
+    how: super::CalibrationProtocol,
+) -> Result<Calibration, GpuError> {
+    let repeats = how.repeats;
     let dev = fc::probe().map_err(cuda)?.remove(0);
-    // GEMM grid, one stream, over shared operand buffers, L2 flushed before each run.
-    // Each shape timed alone, once per run, on a rested GPU: a 100 µs sleep kernel (one
-    // thread, no load) keeps the stream busy while the host enqueues the GEMM, so the span
-    // holds no enqueue latency; then the host rests before the next run. Back-to-back
-    // GEMMs run into the power limit within milliseconds and lower the clocks (a sweep
-    // measured 630 TFLOP/s for a shape that ran at 825 in a plan); the sustained figure
-    // is measured separately below.
+    // GEMM grid, one stream, over shared operand buffers, L2 evicted before each run.
+    // Each shape is timed once per run, and every run starts the same way:
+    // - heated (`heat_ms` > 0, the default): the preamble runs `heat_ms` of large GEMMs,
+    //   so each GEMM starts at the clocks sustained load gives the GPU (as in training,
+    //   and as `run` starts every schedule); the heater also keeps the stream busy while
+    //   the host issues the GEMM, so the span holds no issue latency;
+    // - rested (`heat_ms` = 0): a 100 µs sleep kernel (one thread, no load) covers the
+    //   issue, and the host rests twice the GEMM's time after each run. Back-to-back
+    //   GEMMs run into the power limit within milliseconds and lower the clocks; rested,
+    //   a GEMM runs at the clocks of a short burst.
     let (mut ma, mut mb, mut mc) = (1, 1, 1);
     for &(m, n, k) in shapes {
         ma = ma.max(m * k);
@@ -110,6 +117,8 @@ pub(super) fn calibrate(shapes: &[(u64, u64, u64)], repeats: u32) -> Result<Cali
             init: fc::Init::Poison,
         });
     }
+    let heat = super::heater_gemms(how.heat_ms);
+    super::lower::add_heater(&mut p, heat);
     let mut one = Vec::new();
     for &(m, n, k) in shapes {
         let first = p.steps.len();
@@ -121,15 +130,24 @@ pub(super) fn calibrate(shapes: &[(u64, u64, u64)], repeats: u32) -> Result<Cali
                 bytes: FLUSH_ELEMS * 2,
             },
         });
-        p.steps.push(fc::Step::Launch {
-            stream: 0,
-            kernel: fc::Kernel::Sleep { ns: 100_000 },
-        });
+        if heat == 0 {
+            p.steps.push(fc::Step::Launch {
+                stream: 0,
+                kernel: fc::Kernel::Sleep { ns: 100_000 },
+            });
+        }
         let span = timed(&mut p, 0, gemm(a, b, c, m, n, k));
         one.push((first..p.steps.len(), span));
     }
     let l = fc::Loaded::new(p).map_err(cuda)?;
     l.initialise().map_err(cuda)?;
+    if heat > 0 && how.warm_s > 0.0 {
+        // Settle the temperature: the heater alone (an empty range runs the preamble).
+        let t = std::time::Instant::now();
+        while t.elapsed().as_secs_f64() < how.warm_s {
+            l.run_range(0..0).map_err(cuda)?;
+        }
+    }
     let mut t = Vec::with_capacity(shapes.len());
     for (range, span) in &one {
         let mut d = Vec::new();
@@ -139,7 +157,9 @@ pub(super) fn calibrate(shapes: &[(u64, u64, u64)], repeats: u32) -> Result<Cali
             if i > 0 {
                 d.push(secs); // the first run warms cuBLAS up for this shape
             }
-            std::thread::sleep(std::time::Duration::from_secs_f64((2.0 * secs).max(1e-3)));
+            if heat == 0 {
+                std::thread::sleep(std::time::Duration::from_secs_f64((2.0 * secs).max(1e-3)));
+            }
         }
         t.push(median(d));
     }
@@ -294,6 +314,8 @@ pub(super) fn calibrate(shapes: &[(u64, u64, u64)], repeats: u32) -> Result<Cali
         copy_alone_s: copy_alone,
         copy_with_gemm_s: copy_with_gemm,
         p2p,
+        heat_ms: if heat > 0 { how.heat_ms } else { 0.0 },
+        warm_s: if heat > 0 { how.warm_s } else { 0.0 },
     })
 }
 

@@ -452,6 +452,53 @@ pub(super) fn op_times(plan: &Plan, low: &Lowered, m: &fc::Measured) -> Vec<(f64
         .collect()
 }
 
+/// Add [`super::HEATER`] GEMMs (`gemms` of them) to the preamble of the first stream of
+/// every device of `p`, over operands of their own (random, so they draw the power real
+/// data does).
+pub(super) fn add_heater(p: &mut fc::Program, gemms: u32) {
+    if gemms == 0 {
+        return;
+    }
+    let ((m, n, k), _) = super::HEATER;
+    let mut seen = Vec::new();
+    for (s, &d) in p.streams.clone().iter().enumerate() {
+        if seen.contains(&d) {
+            continue;
+        }
+        seen.push(d);
+        let mut buf = |elems, key: Option<u64>| {
+            p.buffers.push(fc::Buffer {
+                device: d,
+                elems,
+                init: key.map_or(fc::Init::Poison, |k| fc::Init::random(k, elems)),
+            });
+            p.buffers.len() as u32 - 1
+        };
+        let (a, b, c) = (
+            buf(m * k, Some(0x4ea7_0001)),
+            buf(k * n, Some(0x4ea7_0002)),
+            buf(m * n, None),
+        );
+        let at = |buf| fc::Ptr { buf, offset: 0 };
+        for _ in 0..gemms {
+            p.preamble.push(fc::Step::Launch {
+                stream: s as u32,
+                kernel: fc::Kernel::Gemm {
+                    a: at(a),
+                    b: at(b),
+                    c: at(c),
+                    m,
+                    n,
+                    k,
+                    batch: 1,
+                    stride_a: m * k,
+                    stride_c: m * n,
+                },
+            });
+        }
+    }
+}
+
 pub(super) fn run(plan: &Plan, opts: &GpuOptions) -> Result<GpuRun, GpuError> {
     let infos = fc::probe().map_err(cuda)?;
     let visible = infos.len() as u32;
@@ -473,7 +520,8 @@ pub(super) fn run(plan: &Plan, opts: &GpuOptions) -> Result<GpuRun, GpuError> {
             "{ndev} GPUs asked for, {visible} visible"
         )));
     }
-    let low = lower(plan, ndev, opts.transport)?;
+    let mut low = lower(plan, ndev, opts.transport)?;
+    add_heater(&mut low.program, super::heater_gemms(opts.heat_ms));
     let mut loaded = match opts.process {
         Some(pr) => fc::Loaded::new_local(
             low.program.clone(),
@@ -577,6 +625,11 @@ mod tests {
                 ] {
                     let low = lower(&plan, devices, transport).unwrap();
                     fc::check(&low.program).unwrap();
+                    // The heater: 3 GEMMs ahead of every device's first stream.
+                    let mut heated = low.program.clone();
+                    add_heater(&mut heated, 3);
+                    fc::check(&heated).unwrap();
+                    assert_eq!(heated.preamble.len(), 3 * devices.min(plan.ranks) as usize);
                     let mut recorded = vec![false; low.program.events as usize];
                     let mut marks = vec![0u8; low.program.spans as usize];
                     for st in &low.program.steps {

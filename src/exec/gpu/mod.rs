@@ -99,6 +99,30 @@ pub struct GpuOptions {
     /// Abort a run that has not finished after this many seconds, naming the op that
     /// waited; `None`: wait forever.
     pub watchdog: Option<f64>,
+    /// Before every run (warm-up and timed), about this many milliseconds of large GEMMs
+    /// on each GPU, untimed ([`HEATER`]): the run starts with the clocks sustained load
+    /// gives the GPU, as `calibrate` measures, and not from whatever the host's pauses
+    /// left. 0: no heater.
+    pub heat_ms: f64,
+}
+
+/// Milliseconds of heater before every run and every calibration measurement, unless
+/// asked otherwise: a GPU under sustained load (as in training) runs at the clocks its
+/// power limit allows, lower than a rested one's (1.14× the time for an 8192³ bf16 GEMM
+/// on an H200), and the power controller settles within milliseconds.
+pub const HEAT_MS: f64 = 5.0;
+
+/// The heater GEMM, (m, n, k) bf16, and its time on an H200 under load (ms): how many of
+/// them make `heat_ms`.
+pub const HEATER: ((u64, u64, u64), f64) = ((8192, 8192, 4096), 0.7);
+
+/// Heater GEMMs for `ms` milliseconds (none for `ms` ≤ 0).
+pub fn heater_gemms(ms: f64) -> u32 {
+    if ms > 0.0 && ms.is_finite() {
+        (ms / HEATER.1).ceil().min(100_000.0) as u32
+    } else {
+        0
+    }
 }
 
 impl Default for GpuOptions {
@@ -111,6 +135,7 @@ impl Default for GpuOptions {
             transport: Transport::CopyEngine,
             process: None,
             watchdog: Some(60.0),
+            heat_ms: HEAT_MS,
         }
     }
 }
@@ -214,20 +239,39 @@ pub struct Calibration {
     /// Between GPUs 0 and 1, when the machine has two or more.
     #[serde(default)]
     pub p2p: Option<P2pCalibration>,
+    /// The GEMM grid's protocol: milliseconds of heater before each timed GEMM (0: the
+    /// GPU rested between GEMMs instead) and seconds of heater before the first.
+    #[serde(default)]
+    pub heat_ms: f64,
+    #[serde(default)]
+    pub warm_s: f64,
     /// A 1 GiB copy alone and beside that GEMM.
     pub copy_alone_s: f64,
     pub copy_with_gemm_s: f64,
 }
 
+/// How `calibrate` times GEMMs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CalibrationProtocol {
+    pub repeats: u32,
+    /// Heater before each timed GEMM, ms (0: rest instead, a rested GPU's clocks).
+    pub heat_ms: f64,
+    /// Heater before the first measurement, seconds (the GPU's temperature settles).
+    pub warm_s: f64,
+}
+
 /// Measure GEMMs of `shapes` (m, n, k) and the rest of [`Calibration`] on GPU 0.
-pub fn calibrate(shapes: &[(u64, u64, u64)], repeats: u32) -> Result<Calibration, GpuError> {
+pub fn calibrate(
+    shapes: &[(u64, u64, u64)],
+    how: CalibrationProtocol,
+) -> Result<Calibration, GpuError> {
     #[cfg(feature = "cuda")]
     {
-        calibrate::calibrate(shapes, repeats)
+        calibrate::calibrate(shapes, how)
     }
     #[cfg(not(feature = "cuda"))]
     {
-        let _ = (shapes, repeats);
+        let _ = (shapes, how);
         Err(GpuError::NotCompiled)
     }
 }

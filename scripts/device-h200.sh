@@ -7,9 +7,9 @@
 #     cargo test --release -p flashoverlap-cuda --no-run && scripts/stage-cuda.sh
 #   Then run through the device tool with carry [".build-cuda"].
 # (The 2026-12-03 results were measured by this script as of commit 73a3bbc.)
-# Every run and the calibration start each measurement with the default heater (--heat-ms
-# 5: the GPU at its sustained-load clocks); at the end, a rested calibration and the llama
-# compute-side runs without heater show what the protocol changes.
+# Calibration and runs use the default protocol: no heater, the GPU's clocks between
+# short bursts (a 5 ms heater did not reach sustained-load clocks; see HEAT_MS in
+# src/exec/gpu/mod.rs). nvidia-smi logs clocks, power and temperature to smi.csv.
 set -uo pipefail
 R=/tmp/flashoverlap-r
 FO_DEFAULT_LIMIT_S=540
@@ -64,13 +64,14 @@ for w in ag-gemm gemm-rs mlp; do for tp in 2 4 8; do
 done; done
 stamp "validate (calibrated profile)"
 $B/flashoverlap validate "$R"/emu-* --hardware "$HW" --out "$R/validate.json" --force | tail -n 3
-stamp "rested protocol: calibration without heater, llama compute-side runs without heater"
-$B/flashoverlap calibrate --base h200-sxm-8 --name h200-rested --out "$R/rested/h200-rested.toml" \
-  --repeats 5 --heat-ms 0 --force | tail -n 3
-for w in ag-gemm gemm-rs mlp; do for tp in 2 4 8; do for b in 3 10; do
-  $B/flashoverlap run --hardware "$HW" --model llama-3-8b --workload $w --tp $tp --batch $b \
-    --seq 3072 --strategy $S --emulate-rank 0 --stand-in none --warmup 3 --repeats 10 \
-    --heat-ms 0 --out "$R/rested/emu-none-llama-$w-tp$tp-b$b" --force | tail -n 7
+stamp "baseline: reductions on the whole GPU (the profile without comm_ctas)"
+mkdir -p "$R/whole-gpu-adds"
+grep -v -E '^comm_(ctas|efficiency) = ' "$HW" > "$R/whole-gpu-adds/h200-whole.toml"
+for w in gemm-rs mlp; do for tp in 4 8; do for b in 3 10; do
+  $B/flashoverlap run --hardware "$R/whole-gpu-adds/h200-whole.toml" --model llama-3-8b \
+    --workload $w --tp $tp --batch $b --seq 3072 --strategy $S --emulate-rank 0 --stand-in none \
+    --warmup 3 --repeats 10 --out "$R/whole-gpu-adds/emu-none-llama-$w-tp$tp-b$b" --force \
+    | tail -n 7
 done; done; done
 kill $SMI
 stamp done

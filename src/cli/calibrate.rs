@@ -36,12 +36,12 @@ pub struct Args {
     /// Timed repetitions per measurement (medians are kept).
     #[arg(long, default_value_t = 7)]
     pub repeats: u32,
-    /// Milliseconds of large GEMMs (untimed) before each timed GEMM, so each runs at the
-    /// clocks sustained load gives the GPU, as `run` starts its schedules; 0: let the GPU
-    /// rest between GEMMs instead (the clocks of a short burst).
+    /// Milliseconds of large GEMMs (untimed) before each timed GEMM; 0 (the default): let
+    /// the GPU rest between GEMMs instead (the clocks of a short burst, as `run` measures
+    /// by default). With a heater the grid runs back to back at the power cap.
     #[arg(long, default_value_t = gpu::HEAT_MS)]
     pub heat_ms: f64,
-    /// Seconds of those GEMMs before the first measurement (the temperature settles).
+    /// With `--heat-ms`: seconds of those GEMMs before the first measurement.
     #[arg(long, default_value_t = 20.0)]
     pub warm_s: f64,
     /// Overwrite existing files.
@@ -251,9 +251,17 @@ pub fn profile(
         max_comm_ctas: 32,
         gemm_slowdown_beside_transfer: 1.0,
         memory_op_slowdown_beside_gemm: 1.0,
+        comm_elementwise_slowdown_beside_gemm: None,
     });
     i.gemm_slowdown_beside_transfer = slow(c.gemm_with_copy_s, c.gemm_alone_s);
     i.memory_op_slowdown_beside_gemm = slow(c.copy_with_gemm_s, c.copy_alone_s);
+    // Reductions on communication streams run on the CTA count calibrate chose; the
+    // GEMM beside one is modelled by the SMs it holds, the add by its measured slowdown.
+    if let Some(ca) = &c.comm_add {
+        f.gpu.elementwise.comm_ctas = Some(ca.ctas as i64);
+        f.gpu.elementwise.comm_efficiency = Some((ca.bytes_per_s / hbm).clamp(0.05, 1.0));
+        i.comm_elementwise_slowdown_beside_gemm = Some(slow(ca.add_with_gemm_s, ca.add_alone_s));
+    }
     f.interference = Some(i);
     if let Some(p) = c.p2p {
         // The executor's default transport is the copy engine: its bandwidth is the link's,
@@ -352,6 +360,37 @@ pub fn run(a: Args) -> Result<(), CliError> {
         cs = copy_slow,
         protocol = protocol_note(&cal),
     );
+    let header = match &cal.comm_add {
+        Some(ca) => {
+            let model = cost::gemm_sm_slowdown(
+                &base_hw.gpu,
+                8192,
+                8192,
+                8192,
+                DType::Bf16,
+                (cal.sm_count as u64).saturating_sub(ca.ctas as u64),
+            )
+            .unwrap_or(1.0);
+            format!(
+                "{header}# Reductions on communication streams: an add on {ctas} CTAs of 1024 \
+                 threads moves {bw:.0} GB/s\n#   (elementwise.comm_ctas, comm_efficiency; \
+                 sweep {sweep}),\n#   {aslow:.3}x as long beside the 8192^3 GEMM \
+                 (interference.comm_elementwise_slowdown_beside_gemm);\n#   the GEMM beside \
+                 a loop of them takes {gslow:.3}x (the model's {ctas} SMs fewer: {model:.3}x).\n",
+                ctas = ca.ctas,
+                bw = ca.bytes_per_s / 1e9,
+                sweep = ca
+                    .sweep
+                    .iter()
+                    .map(|(c, b)| format!("{c}: {:.0}", b / 1e9))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                aslow = ca.add_with_gemm_s / ca.add_alone_s,
+                gslow = ca.gemm_with_add_s / cal.gemm_alone_s,
+            )
+        }
+        None => header,
+    };
     let header = match cal.p2p {
         Some(p) => format!(
             "{header}# GPU 0 -> GPU 1: copy engine {:.0} GB/s, {:.1} us for 16 B (link_gbps and \

@@ -46,9 +46,10 @@ pub struct Args {
     /// Skip the comparison of every rank's result with the reference.
     #[arg(long)]
     pub no_check: bool,
-    /// Milliseconds of large GEMMs (untimed) on every GPU before each run, so every run
-    /// starts at the clocks sustained load gives the GPU, as `calibrate` measures GEMMs;
-    /// 0: none.
+    /// Milliseconds of large GEMMs (untimed) on every GPU before each run (0: none, the
+    /// protocol `calibrate` measures by default). Sustained-load clocks take far longer
+    /// than one run to set in (the power controller averages), so a few ms do not reach
+    /// them.
     #[arg(long, default_value_t = gpu::HEAT_MS)]
     pub heat_ms: f64,
     /// Abort a run that has not finished after this many seconds and name the op that
@@ -310,6 +311,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
         watchdog: (a.watchdog_s > 0.0).then_some(a.watchdog_s),
         process: None,
         heat_ms: a.heat_ms,
+        comm_add_ctas: u32::try_from(sc.hardware.gpu.elementwise.comm_ctas).unwrap_or(u32::MAX),
     };
     let mut opts = opts;
     let ids = match process_rank(&a, sc.strategies.len())? {

@@ -145,10 +145,22 @@ pub fn hardware_from_file(file: &str, h: HardwareFile) -> R<Hardware> {
                 .map(|(i, pt)| gemm_point(file, i, pt))
                 .collect::<R<Vec<_>>>()?,
         },
-        elementwise: ElementwiseParams {
-            efficiency: fraction(file, "gpu.elementwise.efficiency", g.elementwise.efficiency)?,
-            launch: non_negative_f(file, "gpu.elementwise.launch_us", g.elementwise.launch_us)?
-                * 1e-6,
+        elementwise: {
+            let efficiency =
+                fraction(file, "gpu.elementwise.efficiency", g.elementwise.efficiency)?;
+            ElementwiseParams {
+                efficiency,
+                launch: non_negative_f(file, "gpu.elementwise.launch_us", g.elementwise.launch_us)?
+                    * 1e-6,
+                comm_ctas: match g.elementwise.comm_ctas {
+                    None | Some(0) => 0,
+                    Some(v) => positive(file, "gpu.elementwise.comm_ctas", v)?,
+                },
+                comm_efficiency: match g.elementwise.comm_efficiency {
+                    None => efficiency,
+                    Some(v) => fraction(file, "gpu.elementwise.comm_efficiency", v)?,
+                },
+            }
         },
     };
     let message_latency =
@@ -186,6 +198,11 @@ pub fn hardware_from_file(file: &str, h: HardwareFile) -> R<Hardware> {
                 memory_op_slowdown_beside_gemm: slow(
                     "interference.memory_op_slowdown_beside_gemm",
                     i.memory_op_slowdown_beside_gemm,
+                )?,
+                comm_elementwise_slowdown_beside_gemm: slow(
+                    "interference.comm_elementwise_slowdown_beside_gemm",
+                    i.comm_elementwise_slowdown_beside_gemm
+                        .unwrap_or(i.memory_op_slowdown_beside_gemm),
                 )?,
             })
         }

@@ -116,6 +116,22 @@ fn cases(d: &Path) -> Vec<Case> {
              link_gbps = 100.0\n",
         ),
     );
+    let nvs = "[topology]\nkind = \"nvswitch\"\ngpus = 8\nlink_gbps = 100.0\n";
+    let hw_comm_ctas = write(
+        d,
+        "comm-ctas.toml",
+        &HW.replace("launch_us = 3.0\n", "launch_us = 3.0\ncomm_ctas = -4\n")
+            .replace("[topology]\n", nvs),
+    );
+    let hw_comm_eff = write(
+        d,
+        "comm-eff.toml",
+        &HW.replace(
+            "launch_us = 3.0\n",
+            "launch_us = 3.0\ncomm_efficiency = 1.5\n",
+        )
+        .replace("[topology]\n", nvs),
+    );
     let hw_xml_missing = write(
         d,
         "xml-missing.toml",
@@ -266,6 +282,26 @@ fn cases(d: &Path) -> Vec<Case> {
                 hw_interf.clone(),
                 s("interference.memory_op_slowdown_beside_gemm"),
                 s("0.5"),
+            ],
+        },
+        Case {
+            name: "a negative CTA count for reductions on communication streams",
+            args: sim(&["--hardware", &hw_comm_ctas]),
+            code: 2,
+            says: vec![
+                hw_comm_ctas.clone(),
+                s("gpu.elementwise.comm_ctas"),
+                s("-4"),
+            ],
+        },
+        Case {
+            name: "a reduction bandwidth fraction above 1",
+            args: sim(&["--hardware", &hw_comm_eff]),
+            code: 2,
+            says: vec![
+                hw_comm_eff.clone(),
+                s("gpu.elementwise.comm_efficiency"),
+                s("1.5"),
             ],
         },
         Case {

@@ -998,6 +998,7 @@ impl Loaded {
                 y,
                 block_elems,
                 blocks,
+                ctas,
             } => {
                 let (mut po, mut px, mut py) =
                     (self.ptr(out.ptr), self.ptr(x.ptr), self.ptr(y.ptr));
@@ -1010,22 +1011,23 @@ impl Loaded {
                 } else {
                     (d.f_add, total)
                 };
-                self.launch(
-                    dev,
-                    f,
-                    threads,
-                    s,
-                    &mut [
-                        ptr_of(&mut po),
-                        ptr_of(&mut px),
-                        ptr_of(&mut py),
-                        ptr_of(&mut be),
-                        ptr_of(&mut total),
-                        ptr_of(&mut so),
-                        ptr_of(&mut sx),
-                        ptr_of(&mut sy),
-                    ],
-                )
+                let params = &mut [
+                    ptr_of(&mut po),
+                    ptr_of(&mut px),
+                    ptr_of(&mut py),
+                    ptr_of(&mut be),
+                    ptr_of(&mut total),
+                    ptr_of(&mut so),
+                    ptr_of(&mut sx),
+                    ptr_of(&mut sy),
+                ];
+                if ctas > 0 {
+                    // SAFETY: as in `launch`.
+                    unsafe { cu::launch_kernel(f, (ctas, 1, 1), (1024, 1, 1), 0, s, params) }
+                        .map_err(drv_err("cuLaunchKernel"))
+                } else {
+                    self.launch(dev, f, threads, s, params)
+                }
             }
             Kernel::Act {
                 out,
@@ -1285,6 +1287,7 @@ pub fn check(p: &Program) -> Result<()> {
                         y,
                         block_elems,
                         blocks,
+                        ..
                     } => {
                         for o in [out, x, y] {
                             span(o.ptr, block_elems, blocks, o.stride, &w)?;
@@ -1534,6 +1537,7 @@ mod tests {
                         },
                         block_elems: n,
                         blocks: 1,
+                        ctas: 0,
                     },
                 },
                 Step::Mark {
@@ -1545,17 +1549,28 @@ mod tests {
             nccl: Vec::new(),
             preamble: Vec::new(),
         };
-        let l = Loaded::new(p).unwrap();
-        l.initialise().unwrap();
-        let m = l.run().unwrap();
-        assert!(m.spans[0].1 >= m.spans[0].0);
-        let out = l.read(2, 0, n).unwrap();
-        for (i, &o) in out.iter().enumerate() {
-            let want = f32_to_bf16(
-                bf16_to_f32(f32_to_bf16(random_value(1, i as u64)))
-                    + bf16_to_f32(f32_to_bf16(random_value(2, i as u64))),
-            );
-            assert_eq!(o, want, "element {i}");
+        // On the whole GPU and on 3 CTAs (a reduction beside GEMMs).
+        for ctas in [0, 3] {
+            let mut p = p.clone();
+            if let Step::Launch {
+                kernel: Kernel::Add { ctas: c, .. },
+                ..
+            } = &mut p.steps[1]
+            {
+                *c = ctas;
+            }
+            let l = Loaded::new(p).unwrap();
+            l.initialise().unwrap();
+            let m = l.run().unwrap();
+            assert!(m.spans[0].1 >= m.spans[0].0);
+            let out = l.read(2, 0, n).unwrap();
+            for (i, &o) in out.iter().enumerate() {
+                let want = f32_to_bf16(
+                    bf16_to_f32(f32_to_bf16(random_value(1, i as u64)))
+                        + bf16_to_f32(f32_to_bf16(random_value(2, i as u64))),
+                );
+                assert_eq!(o, want, "ctas {ctas}, element {i}");
+            }
         }
     }
 
@@ -1779,7 +1794,7 @@ mod tests {
         let l = Loaded::new(Program {
             buffers: vec![Buffer {
                 device: 0,
-                elems: 31,
+                elems: 25,
                 init,
             }],
             streams: vec![0],
@@ -1837,6 +1852,7 @@ mod tests {
                 y: span(1, stride * cols),
                 block_elems: rows * cols,
                 blocks,
+                ctas: 0,
             },
         });
         let l = Loaded::new(Program {

@@ -84,6 +84,10 @@ pub enum Kernel {
         y: Span2,
         block_elems: u64,
         blocks: u32,
+        /// Run on this many CTAs of 1024 threads (about one SM each), leaving the rest of
+        /// the GPU to the kernels beside it (a reduction on a communication stream beside
+        /// the GEMMs); 0: as many CTAs as fill the GPU.
+        ctas: u32,
     },
     /// `out[r, c] = f(in[r, c])` (· `in[r, cols + c]` when gated) over `blocks` runs of
     /// `block_rows` rows; `out` rows have `cols` elements, `in` rows `cols` or `2·cols`;

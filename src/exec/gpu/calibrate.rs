@@ -209,6 +209,7 @@ pub(super) fn calibrate(
             y: s2(y),
             block_elems: elems,
             blocks: 1,
+            ctas: 0,
         },
     );
     let tiny = 256u32;
@@ -223,6 +224,7 @@ pub(super) fn calibrate(
                 y: s2(y),
                 block_elems: 64,
                 blocks: 1,
+                ctas: 0,
             },
         );
     }
@@ -296,6 +298,7 @@ pub(super) fn calibrate(
         .collect();
     let d = durations(p, 0, 1)?;
     let gemm_sustained = median(spans[184..].iter().map(|&s| d[s as usize]).collect());
+    let comm_add = Some(comm_add(repeats, add_s, (gm, gn, gk))?);
     let p2p = if fc::probe().map_err(cuda)?.len() >= 2 {
         Some(p2p(repeats)?)
     } else {
@@ -314,8 +317,92 @@ pub(super) fn calibrate(
         copy_alone_s: copy_alone,
         copy_with_gemm_s: copy_with_gemm,
         p2p,
+        comm_add,
         heat_ms: if heat > 0 { how.heat_ms } else { 0.0 },
         warm_s: if heat > 0 { how.warm_s } else { 0.0 },
+    })
+}
+
+/// The add of `elems`-element operands on `ctas` CTAs (0: the whole GPU).
+fn add_on(x: u32, y: u32, z: u32, elems: u64, ctas: u32) -> fc::Kernel {
+    let s2 = |buf| fc::Span2 {
+        ptr: at(buf),
+        stride: elems,
+    };
+    fc::Kernel::Add {
+        out: s2(z),
+        x: s2(x),
+        y: s2(y),
+        block_elems: elems,
+        blocks: 1,
+        ctas,
+    }
+}
+
+/// Reductions on a few CTAs: the bandwidth of a 1 GiB-per-operand add on 8 … 96 CTAs
+/// (the whole-GPU add took `full_add_s`), the smallest count that reaches half the
+/// whole-GPU bandwidth, and, on that count, the (m, n, k) GEMM beside a loop of adds and
+/// an add beside the GEMM (two streams).
+fn comm_add(
+    repeats: u32,
+    full_add_s: f64,
+    (gm, gn, gk): (u64, u64, u64),
+) -> Result<super::CommAddCalibration, GpuError> {
+    let elems: u64 = 1 << 29;
+    let traffic = 3.0 * (elems * 2) as f64;
+    let counts = [8u32, 16, 24, 32, 48, 64, 96];
+    let mut p = fc::Program {
+        streams: vec![0],
+        ..Default::default()
+    };
+    let (x, y) = (random(&mut p, elems, 20), random(&mut p, elems, 21));
+    let z = random(&mut p, elems, 22);
+    let spans: Vec<u32> = counts
+        .iter()
+        .map(|&c| timed(&mut p, 0, add_on(x, y, z, elems, c)))
+        .collect();
+    let d = durations(p, 1, repeats)?;
+    let sweep: Vec<(u32, f64)> = counts
+        .iter()
+        .zip(&spans)
+        .map(|(&c, &s)| (c, traffic / d[s as usize]))
+        .collect();
+    let full = traffic / full_add_s;
+    let &(ctas, bytes_per_s) = sweep
+        .iter()
+        .find(|(_, bw)| *bw >= 0.5 * full)
+        .unwrap_or(&sweep[sweep.len() - 1]);
+    // Beside the GEMM: stream 0 the GEMM, stream 1 four adds (the first overlaps it).
+    let build = |with_gemm: bool, with_add: bool| {
+        let mut p = fc::Program {
+            streams: vec![0, 0],
+            ..Default::default()
+        };
+        let (a, b) = (random(&mut p, gm * gk, 23), random(&mut p, gk * gn, 24));
+        let c = random(&mut p, gm * gn, 25);
+        let (x, y) = (random(&mut p, elems, 26), random(&mut p, elems, 27));
+        let z = random(&mut p, elems, 28);
+        let g = with_gemm.then(|| timed(&mut p, 0, gemm(a, b, c, gm, gn, gk)));
+        let adds: Vec<u32> = if with_add {
+            (0..4)
+                .map(|_| timed(&mut p, 1, add_on(x, y, z, elems, ctas)))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        (p, g, adds)
+    };
+    let (p, _, adds) = build(false, true);
+    let add_alone = durations(p, 1, repeats)?[adds[0] as usize];
+    let (p, g, adds) = build(true, true);
+    let d = durations(p, 2, repeats)?;
+    Ok(super::CommAddCalibration {
+        sweep,
+        ctas,
+        bytes_per_s,
+        gemm_with_add_s: d[g.unwrap_or(0) as usize],
+        add_alone_s: add_alone,
+        add_with_gemm_s: d[adds[0] as usize],
     })
 }
 

@@ -100,17 +100,23 @@ pub struct GpuOptions {
     /// waited; `None`: wait forever.
     pub watchdog: Option<f64>,
     /// Before every run (warm-up and timed), about this many milliseconds of large GEMMs
-    /// on each GPU, untimed ([`HEATER`]): the run starts with the clocks sustained load
-    /// gives the GPU, as `calibrate` measures, and not from whatever the host's pauses
-    /// left. 0: no heater.
+    /// on each GPU, untimed ([`HEATER`]); 0 (the default): none. See [`HEAT_MS`].
     pub heat_ms: f64,
+    /// CTAs the adds on communication streams run on (the profile's
+    /// `gpu.elementwise.comm_ctas`); 0: the whole GPU.
+    pub comm_add_ctas: u32,
 }
 
-/// Milliseconds of heater before every run and every calibration measurement, unless
-/// asked otherwise: a GPU under sustained load (as in training) runs at the clocks its
-/// power limit allows, lower than a rested one's (1.14× the time for an 8192³ bf16 GEMM
-/// on an H200), and the power controller settles within milliseconds.
-pub const HEAT_MS: f64 = 5.0;
+/// Milliseconds of heater before every run and every calibration measurement unless asked
+/// otherwise: none. A GPU under sustained load (as in training) runs at the clocks its
+/// power limit allows: on the lent H200 at 700 W, ~1500 MHz against 1980 rested, an
+/// 8192³ bf16 GEMM 1.15× as long. But the power controller averages over far more than a
+/// run: on 2026-12-04 a calibration with 5 ms of heater before each GEMM sat at the cap
+/// (~690 W, 1470–1545 MHz, throughout), while runs with the same 5 ms heater ran mostly at
+/// 1900–1980 MHz between the host's pauses, 15–20% faster than that calibration said.
+/// Rested (no heater) calibration and runs agree (`results/h200-2026-12-04b/`), so that
+/// is the default; `--heat-ms` stays for runs that want a longer heater.
+pub const HEAT_MS: f64 = 0.0;
 
 /// The heater GEMM, (m, n, k) bf16, and its time on an H200 under load (ms): how many of
 /// them make `heat_ms`.
@@ -136,6 +142,7 @@ impl Default for GpuOptions {
             process: None,
             watchdog: Some(60.0),
             heat_ms: HEAT_MS,
+            comm_add_ctas: 0,
         }
     }
 }
@@ -217,6 +224,22 @@ pub struct P2pCalibration {
     pub gemm_with_nccl_s: f64,
 }
 
+/// A reduction on a communication stream, on a few CTAs of its own (`Kernel::Add` with
+/// `ctas`), measured by `calibrate`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct CommAddCalibration {
+    /// CTA counts tried, with a 1 GiB-per-operand add's bandwidth on each (bytes read plus
+    /// written per second).
+    pub sweep: Vec<(u32, f64)>,
+    /// The count chosen: the smallest whose bandwidth reaches half the whole-GPU add's.
+    pub ctas: u32,
+    pub bytes_per_s: f64,
+    /// The 8192³ GEMM beside a loop of such adds, and one add alone and beside the GEMM.
+    pub gemm_with_add_s: f64,
+    pub add_alone_s: f64,
+    pub add_with_gemm_s: f64,
+}
+
 /// What `calibrate` measured on one GPU (bf16).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Calibration {
@@ -243,6 +266,9 @@ pub struct Calibration {
     /// GPU rested between GEMMs instead) and seconds of heater before the first.
     #[serde(default)]
     pub heat_ms: f64,
+    /// Reductions on a few CTAs beside GEMMs (absent in older calibrations).
+    #[serde(default)]
+    pub comm_add: Option<CommAddCalibration>,
     #[serde(default)]
     pub warm_s: f64,
     /// A 1 GiB copy alone and beside that GEMM.

@@ -73,6 +73,7 @@ impl Builder {
                 y: s(y),
                 block_elems: elems,
                 blocks: 1,
+                ctas: 0,
             },
         });
     }

@@ -9,7 +9,11 @@
 //!   through [`cost::gemm_sm_slowdown`]) and runs `gemm_slowdown_beside_transfer` slower
 //!   while a transfer of its GPU moves bytes;
 //! - a memory-bound op (elementwise, copy) runs `memory_op_slowdown_beside_gemm` slower
-//!   while a GEMM runs on its GPU.
+//!   while a GEMM runs on its GPU;
+//! - when the profile gives reductions on communication streams SMs of their own
+//!   (`gpu.elementwise.comm_ctas`), each such elementwise op holds that many SMs while it
+//!   runs — a GEMM beside it loses them like those of communication kernels — and runs
+//!   `comm_elementwise_slowdown_beside_gemm` slower while a GEMM runs.
 //!
 //! Whenever a count changes, every running op of that rank whose factor changed keeps the
 //! work it has done (a fraction of its cost-model time), takes the new factor, and gets a
@@ -17,7 +21,7 @@
 
 use super::Interference;
 use crate::cost::{self, CostError};
-use crate::plan::{OpId, OpKind, Plan};
+use crate::plan::{OpId, OpKind, Plan, StreamKind};
 use crate::scenario::{GpuSpec, Transport};
 use std::collections::BTreeMap;
 
@@ -37,6 +41,12 @@ pub(super) struct InterferenceState {
     posted: Vec<u32>,
     moving: Vec<u32>,
     gemms: Vec<u32>,
+    /// Per rank, elementwise ops on communication streams running on SMs of their own.
+    side: Vec<u32>,
+    /// SMs each of those holds (0: they run on the whole GPU).
+    side_ctas: u64,
+    /// Per op: an elementwise op on a communication stream, with SMs of its own.
+    is_side: Vec<bool>,
     running: Vec<Vec<OpId>>,
     progress: Vec<Progress>,
     /// GEMM SM slowdowns by (shape, SMs left).
@@ -47,12 +57,25 @@ pub(super) struct InterferenceState {
 pub(super) type Reschedule = (OpId, f64, u32);
 
 impl InterferenceState {
-    pub fn new(model: Interference, ranks: usize, ops: usize) -> InterferenceState {
+    pub fn new(model: Interference, plan: &Plan, side_ctas: u64) -> InterferenceState {
+        let (ranks, ops) = (plan.ranks as usize, plan.op_count());
+        let is_side = plan
+            .ops
+            .iter()
+            .map(|o| {
+                side_ctas > 0
+                    && matches!(o.kind, OpKind::Elementwise { .. })
+                    && plan.streams[o.stream as usize].kind == StreamKind::Comm
+            })
+            .collect();
         InterferenceState {
             model,
             posted: vec![0; ranks],
             moving: vec![0; ranks],
             gemms: vec![0; ranks],
+            side: vec![0; ranks],
+            side_ctas,
+            is_side,
             running: vec![Vec::new(); ranks],
             progress: vec![
                 Progress {
@@ -82,6 +105,9 @@ impl InterferenceState {
         if matches!(o.kind, OpKind::Gemm { .. }) {
             self.gemms[r] += 1;
         }
+        if self.is_side[op as usize] {
+            self.side[r] += 1;
+        }
         self.running[r].push(op);
         let p = &mut self.progress[op as usize];
         p.left = 1.0;
@@ -95,6 +121,9 @@ impl InterferenceState {
         let r = o.rank as usize;
         if matches!(o.kind, OpKind::Gemm { .. }) {
             self.gemms[r] -= 1;
+        }
+        if self.is_side[op as usize] {
+            self.side[r] -= 1;
         }
         if let Some(i) = self.running[r].iter().position(|&x| x == op) {
             self.running[r].remove(i);
@@ -119,14 +148,16 @@ impl InterferenceState {
         let p = &self.model.params;
         Ok(match o.kind {
             OpKind::Gemm { m, n, k, dtype } => {
-                let held = if self.holds_sms() {
+                let comm = if self.holds_sms() {
                     (self.posted[r] as u64)
                         .saturating_mul(p.comm_ctas_per_op)
                         .min(p.max_comm_ctas)
                 } else {
                     0
                 };
-                let sms = gpu.sm_count.saturating_sub(held);
+                let held =
+                    comm.saturating_add((self.side[r] as u64).saturating_mul(self.side_ctas));
+                let sms = gpu.sm_count.saturating_sub(held).max(1);
                 let key = (m, n, k, dtype as usize, sms);
                 let sm = match self.sm_cache.get(&key) {
                     Some(&f) => f,
@@ -143,13 +174,9 @@ impl InterferenceState {
                 };
                 sm * hbm
             }
-            _ => {
-                if self.gemms[r] > 0 {
-                    p.memory_op_slowdown_beside_gemm
-                } else {
-                    1.0
-                }
-            }
+            _ if self.gemms[r] == 0 => 1.0,
+            _ if self.is_side[op as usize] => p.comm_elementwise_slowdown_beside_gemm,
+            _ => p.memory_op_slowdown_beside_gemm,
         })
     }
 

@@ -654,9 +654,70 @@ fn model(transport: Transport, ctas: u64, gemm_slow: f64, mem_slow: f64) -> Opti
             max_comm_ctas: 32,
             gemm_slowdown_beside_transfer: gemm_slow,
             memory_op_slowdown_beside_gemm: mem_slow,
+            comm_elementwise_slowdown_beside_gemm: 1.25,
         },
         transport,
     })
+}
+
+/// A reduction on a communication stream with SMs of its own (`elementwise.comm_ctas`):
+/// the GEMM beside it runs on the SMs left (one wave becomes two), the add at its own
+/// bandwidth and `comm_elementwise_slowdown_beside_gemm` slower while the GEMM runs.
+#[test]
+fn a_reduction_on_its_own_sms_takes_them_from_the_gemm_beside_it() {
+    let (m, n) = (11 * 128, 12 * 256);
+    let mut hw = config::load_hardware("h100-sxm-8", None).unwrap();
+    hw.gpu.elementwise.comm_ctas = 24;
+    hw.gpu.elementwise.comm_efficiency = 0.3;
+    let c = crate::cost::gemm_cost(&hw.gpu, m, n, 4096, crate::scenario::DType::Bf16).unwrap();
+    assert_eq!(c.waves, 1);
+    let t = OpTag {
+        site: 0,
+        step: 0,
+        slice: 0,
+    };
+    let bytes = 3_000_000_000u64;
+    let run = |hw: &crate::scenario::Hardware, interference| {
+        let mut b = PlanBuilder::new(1);
+        b.site("x");
+        let c0 = b.stream(0, "compute", StreamKind::Compute);
+        let s0 = b.stream(0, "comm", StreamKind::Comm);
+        let gemm = OpKind::Gemm {
+            m,
+            n,
+            k: 4096,
+            dtype: crate::scenario::DType::Bf16,
+        };
+        let g = b.single(c0, gemm, &[], t).unwrap();
+        let add = OpKind::Elementwise {
+            kind: crate::plan::EltKind::Add,
+            bytes,
+        };
+        let a = b.single(s0, add, &[], t).unwrap();
+        let plan = b.finish().unwrap();
+        let opts = SimOptions {
+            interference,
+            ..SimOptions::default()
+        };
+        let r = simulate(&plan, hw, &opts).unwrap();
+        (r.times[g as usize], r.times[a as usize])
+    };
+    let add_alone = hw.gpu.elementwise.launch + bytes as f64 / (hw.gpu.hbm_bandwidth * 0.3);
+    // Without the interference model: each at its own speed.
+    let (g, a) = run(&hw, None);
+    close(g.end - g.start, c.total, "GEMM alone");
+    close(a.end - a.start, add_alone, "add alone");
+    // With it: 108 SMs for the GEMM (two waves) while the add runs (it outlasts the GEMM);
+    // the add 1.25x slower until the GEMM ends.
+    let (g, a) = run(&hw, model(Transport::CopyEngine, 8, 1.0, 3.0));
+    let tg = hw.gpu.gemm.launch + 2.0 * c.compute;
+    close(g.end - g.start, tg, "GEMM on 108 SMs");
+    assert!(add_alone > tg * 1.25);
+    close(a.end, tg + (add_alone - tg / 1.25), "add end");
+    // On the whole GPU (comm_ctas 0) the add holds no SMs: the memory-op slowdown (3x).
+    hw.gpu.elementwise.comm_ctas = 0;
+    let (g, _) = run(&hw, model(Transport::CopyEngine, 8, 1.0, 3.0));
+    close(g.end - g.start, c.total, "GEMM beside a whole-GPU add");
 }
 
 #[test]

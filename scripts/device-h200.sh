@@ -64,14 +64,5 @@ for w in ag-gemm gemm-rs mlp; do for tp in 2 4 8; do
 done; done
 stamp "validate (calibrated profile)"
 $B/flashoverlap validate "$R"/emu-* --hardware "$HW" --out "$R/validate.json" --force | tail -n 3
-stamp "baseline: reductions on the whole GPU (the profile without comm_ctas)"
-mkdir -p "$R/whole-gpu-adds"
-grep -v -E '^comm_(ctas|efficiency) = ' "$HW" > "$R/whole-gpu-adds/h200-whole.toml"
-for w in gemm-rs mlp; do for tp in 4 8; do for b in 3 10; do
-  $B/flashoverlap run --hardware "$R/whole-gpu-adds/h200-whole.toml" --model llama-3-8b \
-    --workload $w --tp $tp --batch $b --seq 3072 --strategy $S --emulate-rank 0 --stand-in none \
-    --warmup 3 --repeats 10 --out "$R/whole-gpu-adds/emu-none-llama-$w-tp$tp-b$b" --force \
-    | tail -n 7
-done; done; done
 kill $SMI
 stamp done

@@ -146,12 +146,6 @@ pub struct ElementwiseParams {
     pub efficiency: f64,
     /// Fixed cost per launch, seconds.
     pub launch: f64,
-    /// CTAs (about one SM each) an elementwise kernel on a communication stream runs on
-    /// (the reductions of Flash-RS, direct and permute-loop chains), leaving the other
-    /// SMs to the GEMMs beside it; 0: the whole GPU (it then takes SMs as they free up).
-    pub comm_ctas: u64,
-    /// Fraction of HBM bandwidth such a kernel reaches alone.
-    pub comm_efficiency: f64,
 }
 
 /// One GPU's compute and memory capabilities.
@@ -235,9 +229,12 @@ pub struct InterferenceParams {
     /// A memory-bound kernel's (add, activation, copy) slowdown while a GEMM runs on the
     /// same GPU on another stream; 1 = none.
     pub memory_op_slowdown_beside_gemm: f64,
-    /// The same for an elementwise kernel on a communication stream running on
-    /// `gpu.elementwise.comm_ctas` SMs of its own.
-    pub comm_elementwise_slowdown_beside_gemm: f64,
+    /// A GEMM's slowdown while an elementwise kernel on a communication stream of its GPU
+    /// runs (a reduction beside the partial GEMMs: it takes SMs as the GEMM's waves
+    /// drain, and the next GEMM waits for them); 1 = none.
+    pub gemm_slowdown_beside_reduction: f64,
+    /// An elementwise kernel on a communication stream beside a GEMM.
+    pub reduction_slowdown_beside_gemm: f64,
 }
 
 /// The shape of run-to-run jitter factors (each has mean 1).

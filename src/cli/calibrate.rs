@@ -251,16 +251,16 @@ pub fn profile(
         max_comm_ctas: 32,
         gemm_slowdown_beside_transfer: 1.0,
         memory_op_slowdown_beside_gemm: 1.0,
-        comm_elementwise_slowdown_beside_gemm: None,
+        gemm_slowdown_beside_reduction: None,
+        reduction_slowdown_beside_gemm: None,
     });
     i.gemm_slowdown_beside_transfer = slow(c.gemm_with_copy_s, c.gemm_alone_s);
     i.memory_op_slowdown_beside_gemm = slow(c.copy_with_gemm_s, c.copy_alone_s);
-    // Reductions on communication streams run on the CTA count calibrate chose; the
-    // GEMM beside one is modelled by the SMs it holds, the add by its measured slowdown.
-    if let Some(ca) = &c.comm_add {
-        f.gpu.elementwise.comm_ctas = Some(ca.ctas as i64);
-        f.gpu.elementwise.comm_efficiency = Some((ca.bytes_per_s / hbm).clamp(0.05, 1.0));
-        i.comm_elementwise_slowdown_beside_gemm = Some(slow(ca.add_with_gemm_s, ca.add_alone_s));
+    // Reductions beside GEMMs: the parameters that reproduce the measured chain.
+    if let Some(rc) = &c.reductions {
+        let (g, a) = rc.slowdowns();
+        i.gemm_slowdown_beside_reduction = Some(g);
+        i.reduction_slowdown_beside_gemm = Some(a);
     }
     f.interference = Some(i);
     if let Some(p) = c.p2p {
@@ -360,33 +360,28 @@ pub fn run(a: Args) -> Result<(), CliError> {
         cs = copy_slow,
         protocol = protocol_note(&cal),
     );
-    let header = match &cal.comm_add {
-        Some(ca) => {
-            let model = cost::gemm_sm_slowdown(
-                &base_hw.gpu,
-                8192,
-                8192,
-                8192,
-                DType::Bf16,
-                (cal.sm_count as u64).saturating_sub(ca.ctas as u64),
-            )
-            .unwrap_or(1.0);
+    let header = match &cal.reductions {
+        Some(rc) => {
+            let (g, a) = rc.slowdowns();
+            let (m, n, k) = rc.chain_gemm;
             format!(
-                "{header}# Reductions on communication streams: an add on {ctas} CTAs of 1024 \
-                 threads moves {bw:.0} GB/s\n#   (elementwise.comm_ctas, comm_efficiency; \
-                 sweep {sweep}),\n#   {aslow:.3}x as long beside the 8192^3 GEMM \
-                 (interference.comm_elementwise_slowdown_beside_gemm);\n#   the GEMM beside \
-                 a loop of them takes {gslow:.3}x (the model's {ctas} SMs fewer: {model:.3}x).\n",
-                ctas = ca.ctas,
-                bw = ca.bytes_per_s / 1e9,
-                sweep = ca
+                "{header}# Reductions beside GEMMs (a reduce-scatter chain's compute side: 8 \
+                 {m}x{n}x{k} GEMMs, the add of\n#   each output on a second stream after it): \
+                 per GEMM {ga:.1} us alone, {gc:.1} us in the chain; per add\n#   {aa:.1} us \
+                 alone, {ac:.1} us in the chain. Modelled as a GEMM {g:.3}x slower while an \
+                 add\n#   runs (interference.gemm_slowdown_beside_reduction) and an add {a:.3}x \
+                 slower beside a GEMM\n#   (interference.reduction_slowdown_beside_gemm).\n\
+                 # An add on 8..96 CTAs of its own (GB/s): {sweep}.\n",
+                ga = rc.gemm_alone_s * 1e6,
+                gc = rc.gemm_in_chain_s * 1e6,
+                aa = rc.add_alone_s * 1e6,
+                ac = rc.add_in_chain_s * 1e6,
+                sweep = rc
                     .sweep
                     .iter()
                     .map(|(c, b)| format!("{c}: {:.0}", b / 1e9))
                     .collect::<Vec<_>>()
                     .join(", "),
-                aslow = ca.add_with_gemm_s / ca.add_alone_s,
-                gslow = ca.gemm_with_add_s / cal.gemm_alone_s,
             )
         }
         None => header,

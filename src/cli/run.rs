@@ -311,7 +311,6 @@ pub fn run(a: Args) -> Result<(), CliError> {
         watchdog: (a.watchdog_s > 0.0).then_some(a.watchdog_s),
         process: None,
         heat_ms: a.heat_ms,
-        comm_add_ctas: u32::try_from(sc.hardware.gpu.elementwise.comm_ctas).unwrap_or(u32::MAX),
     };
     let mut opts = opts;
     let ids = match process_rank(&a, sc.strategies.len())? {

@@ -77,10 +77,13 @@ pub struct InterferenceFile {
     pub gemm_slowdown_beside_transfer: f64,
     #[serde(default = "one_f")]
     pub memory_op_slowdown_beside_gemm: f64,
-    /// A reduction on a communication stream (on `gpu.elementwise.comm_ctas` CTAs)
-    /// beside a GEMM; absent: `memory_op_slowdown_beside_gemm`.
+    /// A GEMM's slowdown while an elementwise kernel on a communication stream of its GPU
+    /// runs (the adds of a reduce-scatter chain beside its partial GEMMs); absent: 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub comm_elementwise_slowdown_beside_gemm: Option<f64>,
+    pub gemm_slowdown_beside_reduction: Option<f64>,
+    /// Such a kernel's slowdown beside a GEMM; absent: `memory_op_slowdown_beside_gemm`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reduction_slowdown_beside_gemm: Option<f64>,
 }
 
 fn one_f() -> f64 {
@@ -138,13 +141,6 @@ pub struct GemmPointFile {
 pub struct ElementwiseFile {
     pub efficiency: f64,
     pub launch_us: f64,
-    /// CTAs (about one SM each) a reduction on a communication stream runs on; absent or
-    /// 0: the whole GPU.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub comm_ctas: Option<i64>,
-    /// Fraction of HBM bandwidth such a reduction reaches alone; absent: `efficiency`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub comm_efficiency: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

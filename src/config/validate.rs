@@ -145,22 +145,10 @@ pub fn hardware_from_file(file: &str, h: HardwareFile) -> R<Hardware> {
                 .map(|(i, pt)| gemm_point(file, i, pt))
                 .collect::<R<Vec<_>>>()?,
         },
-        elementwise: {
-            let efficiency =
-                fraction(file, "gpu.elementwise.efficiency", g.elementwise.efficiency)?;
-            ElementwiseParams {
-                efficiency,
-                launch: non_negative_f(file, "gpu.elementwise.launch_us", g.elementwise.launch_us)?
-                    * 1e-6,
-                comm_ctas: match g.elementwise.comm_ctas {
-                    None | Some(0) => 0,
-                    Some(v) => positive(file, "gpu.elementwise.comm_ctas", v)?,
-                },
-                comm_efficiency: match g.elementwise.comm_efficiency {
-                    None => efficiency,
-                    Some(v) => fraction(file, "gpu.elementwise.comm_efficiency", v)?,
-                },
-            }
+        elementwise: ElementwiseParams {
+            efficiency: fraction(file, "gpu.elementwise.efficiency", g.elementwise.efficiency)?,
+            launch: non_negative_f(file, "gpu.elementwise.launch_us", g.elementwise.launch_us)?
+                * 1e-6,
         },
     };
     let message_latency =
@@ -199,9 +187,13 @@ pub fn hardware_from_file(file: &str, h: HardwareFile) -> R<Hardware> {
                     "interference.memory_op_slowdown_beside_gemm",
                     i.memory_op_slowdown_beside_gemm,
                 )?,
-                comm_elementwise_slowdown_beside_gemm: slow(
-                    "interference.comm_elementwise_slowdown_beside_gemm",
-                    i.comm_elementwise_slowdown_beside_gemm
+                gemm_slowdown_beside_reduction: slow(
+                    "interference.gemm_slowdown_beside_reduction",
+                    i.gemm_slowdown_beside_reduction.unwrap_or(1.0),
+                )?,
+                reduction_slowdown_beside_gemm: slow(
+                    "interference.reduction_slowdown_beside_gemm",
+                    i.reduction_slowdown_beside_gemm
                         .unwrap_or(i.memory_op_slowdown_beside_gemm),
                 )?,
             })

@@ -268,16 +268,6 @@ pub fn elementwise_time(gpu: &GpuSpec, bytes: u64) -> f64 {
     gpu.elementwise.launch + bytes as f64 / (gpu.hbm_bandwidth * gpu.elementwise.efficiency)
 }
 
-/// Time of an elementwise kernel on a communication stream: on the whole GPU, or, when
-/// the profile gives reductions there CTAs of their own (`elementwise.comm_ctas`), at the
-/// bandwidth those reach.
-pub fn comm_elementwise_time(gpu: &GpuSpec, bytes: u64) -> f64 {
-    if bytes == 0 || gpu.elementwise.comm_ctas == 0 {
-        return elementwise_time(gpu, bytes);
-    }
-    gpu.elementwise.launch + bytes as f64 / (gpu.hbm_bandwidth * gpu.elementwise.comm_efficiency)
-}
-
 /// HBM traffic of `out = a + b` on tensors of `bytes` each: two reads, one write.
 pub fn add_traffic(bytes: u64) -> u64 {
     bytes.saturating_mul(3)
@@ -327,8 +317,6 @@ mod tests {
                 measured: Vec::new(),
             },
             elementwise: ElementwiseParams {
-                comm_ctas: 0,
-                comm_efficiency: 0.8,
                 efficiency: 0.9,
                 launch: 0.0,
             },

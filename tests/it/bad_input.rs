@@ -116,21 +116,15 @@ fn cases(d: &Path) -> Vec<Case> {
              link_gbps = 100.0\n",
         ),
     );
-    let nvs = "[topology]\nkind = \"nvswitch\"\ngpus = 8\nlink_gbps = 100.0\n";
-    let hw_comm_ctas = write(
+    let hw_reduction = write(
         d,
-        "comm-ctas.toml",
-        &HW.replace("launch_us = 3.0\n", "launch_us = 3.0\ncomm_ctas = -4\n")
-            .replace("[topology]\n", nvs),
-    );
-    let hw_comm_eff = write(
-        d,
-        "comm-eff.toml",
+        "reduction.toml",
         &HW.replace(
-            "launch_us = 3.0\n",
-            "launch_us = 3.0\ncomm_efficiency = 1.5\n",
-        )
-        .replace("[topology]\n", nvs),
+            "[topology]",
+            "[interference]\ncomm_ctas_per_op = 8\nmax_comm_ctas = 32\n\
+             gemm_slowdown_beside_reduction = 0.8\n[topology]\nkind = \"nvswitch\"\ngpus = 8\n\
+             link_gbps = 100.0\n",
+        ),
     );
     let hw_xml_missing = write(
         d,
@@ -285,23 +279,13 @@ fn cases(d: &Path) -> Vec<Case> {
             ],
         },
         Case {
-            name: "a negative CTA count for reductions on communication streams",
-            args: sim(&["--hardware", &hw_comm_ctas]),
+            name: "a GEMM slowdown beside reductions below 1",
+            args: sim(&["--hardware", &hw_reduction]),
             code: 2,
             says: vec![
-                hw_comm_ctas.clone(),
-                s("gpu.elementwise.comm_ctas"),
-                s("-4"),
-            ],
-        },
-        Case {
-            name: "a reduction bandwidth fraction above 1",
-            args: sim(&["--hardware", &hw_comm_eff]),
-            code: 2,
-            says: vec![
-                hw_comm_eff.clone(),
-                s("gpu.elementwise.comm_efficiency"),
-                s("1.5"),
+                hw_reduction.clone(),
+                s("interference.gemm_slowdown_beside_reduction"),
+                s("0.8"),
             ],
         },
         Case {

@@ -298,7 +298,7 @@ pub(super) fn calibrate(
         .collect();
     let d = durations(p, 0, 1)?;
     let gemm_sustained = median(spans[184..].iter().map(|&s| d[s as usize]).collect());
-    let comm_add = Some(comm_add(repeats, add_s, (gm, gn, gk))?);
+    let reductions = Some(reductions(repeats)?);
     let p2p = if fc::probe().map_err(cuda)?.len() >= 2 {
         Some(p2p(repeats)?)
     } else {
@@ -317,7 +317,7 @@ pub(super) fn calibrate(
         copy_alone_s: copy_alone,
         copy_with_gemm_s: copy_with_gemm,
         p2p,
-        comm_add,
+        reductions,
         heat_ms: if heat > 0 { how.heat_ms } else { 0.0 },
         warm_s: if heat > 0 { how.warm_s } else { 0.0 },
     })
@@ -339,15 +339,12 @@ fn add_on(x: u32, y: u32, z: u32, elems: u64, ctas: u32) -> fc::Kernel {
     }
 }
 
-/// Reductions on a few CTAs: the bandwidth of a 1 GiB-per-operand add on 8 … 96 CTAs
-/// (the whole-GPU add took `full_add_s`), the smallest count that reaches half the
-/// whole-GPU bandwidth, and, on that count, the (m, n, k) GEMM beside a loop of adds and
-/// an add beside the GEMM (two streams).
-fn comm_add(
-    repeats: u32,
-    full_add_s: f64,
-    (gm, gn, gk): (u64, u64, u64),
-) -> Result<super::CommAddCalibration, GpuError> {
+/// Reductions beside GEMMs, the compute side of a reduce-scatter chain: on stream 0,
+/// `steps` partial GEMMs (m, n, k) back to back; on stream 1, after each, the add of its
+/// output into an accumulator (what a Flash-RS step does with the partial it receives).
+/// Timed with both streams, each alone; and, for reference, a 1 GiB add's bandwidth on
+/// 8 … 96 CTAs of its own.
+fn reductions(repeats: u32) -> Result<super::ReductionCalibration, GpuError> {
     let elems: u64 = 1 << 29;
     let traffic = 3.0 * (elems * 2) as f64;
     let counts = [8u32, 16, 24, 32, 48, 64, 96];
@@ -367,42 +364,82 @@ fn comm_add(
         .zip(&spans)
         .map(|(&c, &s)| (c, traffic / d[s as usize]))
         .collect();
-    let full = traffic / full_add_s;
-    let &(ctas, bytes_per_s) = sweep
-        .iter()
-        .find(|(_, bw)| *bw >= 0.5 * full)
-        .unwrap_or(&sweep[sweep.len() - 1]);
-    // Beside the GEMM: stream 0 the GEMM, stream 1 four adds (the first overlaps it).
-    let build = |with_gemm: bool, with_add: bool| {
+
+    let (m, n, k, steps) = (4096u64, 4096u64, 2048u64, 8usize);
+    let build = |with_gemms: bool, with_adds: bool| {
         let mut p = fc::Program {
             streams: vec![0, 0],
+            events: steps as u32,
             ..Default::default()
         };
-        let (a, b) = (random(&mut p, gm * gk, 23), random(&mut p, gk * gn, 24));
-        let c = random(&mut p, gm * gn, 25);
-        let (x, y) = (random(&mut p, elems, 26), random(&mut p, elems, 27));
-        let z = random(&mut p, elems, 28);
-        let g = with_gemm.then(|| timed(&mut p, 0, gemm(a, b, c, gm, gn, gk)));
-        let adds: Vec<u32> = if with_add {
-            (0..4)
-                .map(|_| timed(&mut p, 1, add_on(x, y, z, elems, ctas)))
-                .collect()
-        } else {
-            Vec::new()
-        };
-        (p, g, adds)
+        let (a, b) = (random(&mut p, m * k, 30), random(&mut p, k * n, 31));
+        let cs: Vec<u32> = (0..steps)
+            .map(|i| random(&mut p, m * n, 32 + i as u64))
+            .collect();
+        let acc = random(&mut p, m * n, 29);
+        let (mut g, mut ad) = (Vec::new(), Vec::new());
+        for (i, &c) in cs.iter().enumerate() {
+            if with_gemms {
+                g.push(timed(&mut p, 0, gemm(a, b, c, m, n, k)));
+                p.steps.push(fc::Step::Record {
+                    stream: 0,
+                    event: i as u32,
+                });
+            }
+            if with_adds {
+                if with_gemms {
+                    p.steps.push(fc::Step::Wait {
+                        stream: 1,
+                        event: i as u32,
+                    });
+                }
+                ad.push(timed(&mut p, 1, add_on(acc, c, acc, m * n, 0)));
+            }
+        }
+        (p, g, ad)
     };
-    let (p, _, adds) = build(false, true);
-    let add_alone = durations(p, 1, repeats)?[adds[0] as usize];
-    let (p, g, adds) = build(true, true);
-    let d = durations(p, 2, repeats)?;
-    Ok(super::CommAddCalibration {
+    // Per run: GEMMs 2..steps from the second's start to the last's end, per GEMM (they
+    // run beside adds 1..steps−1 in the chain; gaps where a GEMM waits for SMs count);
+    // adds 1..steps−1, mean duration. Medians over runs.
+    let measure = |p: fc::Program, g: &[u32], ad: &[u32]| -> Result<(f64, f64), GpuError> {
+        let l = fc::Loaded::new(p).map_err(cuda)?;
+        l.initialise().map_err(cuda)?;
+        for _ in 0..2 {
+            l.run().map_err(cuda)?;
+        }
+        let (mut gs, mut adds) = (Vec::new(), Vec::new());
+        for _ in 0..repeats.max(1) {
+            let r = l.run().map_err(cuda)?;
+            if g.len() == steps {
+                let (s, e) = (r.spans[g[1] as usize].0, r.spans[g[steps - 1] as usize].1);
+                gs.push((e - s) / (steps - 1) as f64);
+            }
+            if ad.len() == steps {
+                let t: f64 = ad[..steps - 1]
+                    .iter()
+                    .map(|&x| r.spans[x as usize].1 - r.spans[x as usize].0)
+                    .sum();
+                adds.push(t / (steps - 1) as f64);
+            }
+        }
+        Ok((
+            if gs.is_empty() { 0.0 } else { median(gs) },
+            if adds.is_empty() { 0.0 } else { median(adds) },
+        ))
+    };
+    let (p, g, ad) = build(true, false);
+    let (gemm_alone, _) = measure(p, &g, &ad)?;
+    let (p, g, ad) = build(false, true);
+    let (_, add_alone) = measure(p, &g, &ad)?;
+    let (p, g, ad) = build(true, true);
+    let (gemm_in_chain, add_in_chain) = measure(p, &g, &ad)?;
+    Ok(super::ReductionCalibration {
         sweep,
-        ctas,
-        bytes_per_s,
-        gemm_with_add_s: d[g.unwrap_or(0) as usize],
+        chain_gemm: (m, n, k),
+        gemm_alone_s: gemm_alone,
+        gemm_in_chain_s: gemm_in_chain,
         add_alone_s: add_alone,
-        add_with_gemm_s: d[adds[0] as usize],
+        add_in_chain_s: add_in_chain,
     })
 }
 

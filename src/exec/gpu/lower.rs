@@ -454,26 +454,6 @@ pub(super) fn op_times(plan: &Plan, low: &Lowered, m: &fc::Measured) -> Vec<(f64
         .collect()
 }
 
-/// Run the adds issued on `plan`'s communication streams (the reductions of Flash-RS,
-/// direct and permute-loop chains, and of accumulating transfers) on `ctas` CTAs, so the
-/// GEMMs beside them keep the other SMs; 0 leaves them on the whole GPU. Program streams
-/// `0 .. plan.streams.len()` are the plan's, in order.
-pub(super) fn pin_comm_adds(plan: &Plan, p: &mut fc::Program, ctas: u32) {
-    for st in &mut p.steps {
-        if let fc::Step::Launch {
-            stream,
-            kernel: fc::Kernel::Add { ctas: c, .. },
-        } = st
-            && plan
-                .streams
-                .get(*stream as usize)
-                .is_some_and(|s| s.kind == crate::plan::StreamKind::Comm)
-        {
-            *c = ctas;
-        }
-    }
-}
-
 /// Add [`super::HEATER`] GEMMs (`gemms` of them) to the preamble of the first stream of
 /// every device of `p`, over operands of their own (random, so they draw the power real
 /// data does).
@@ -543,7 +523,6 @@ pub(super) fn run(plan: &Plan, opts: &GpuOptions) -> Result<GpuRun, GpuError> {
         )));
     }
     let mut low = lower(plan, ndev, opts.transport)?;
-    pin_comm_adds(plan, &mut low.program, opts.comm_add_ctas);
     add_heater(&mut low.program, super::heater_gemms(opts.heat_ms));
     let mut loaded = match opts.process {
         Some(pr) => fc::Loaded::new_local(
@@ -622,7 +601,6 @@ pub(super) fn run(plan: &Plan, opts: &GpuOptions) -> Result<GpuRun, GpuError> {
 mod tests {
     use super::*;
     use crate::config;
-    use crate::plan::StreamKind;
     use crate::scenario::{Strategy, Workload};
 
     /// Every strategy and workload lowers to a program that passes the executor's checks,
@@ -649,42 +627,6 @@ mod tests {
                 ] {
                     let low = lower(&plan, devices, transport).unwrap();
                     fc::check(&low.program).unwrap();
-                    // Adds on comm streams pinned to 16 CTAs, the others untouched.
-                    let mut pinned = low.program.clone();
-                    pin_comm_adds(&plan, &mut pinned, 16);
-                    let ctas_of = |p: &fc::Program| -> Vec<u32> {
-                        p.steps
-                            .iter()
-                            .filter_map(|s| match s {
-                                fc::Step::Launch {
-                                    kernel: fc::Kernel::Add { ctas, .. },
-                                    ..
-                                } => Some(*ctas),
-                                _ => None,
-                            })
-                            .collect()
-                    };
-                    let comm_adds = plan
-                        .ops
-                        .iter()
-                        .filter(|o| {
-                            plan.streams[o.stream as usize].kind == StreamKind::Comm
-                                && (matches!(o.kind, OpKind::Elementwise { .. })
-                                    || matches!(
-                                        o.kind,
-                                        OpKind::Recv {
-                                            accumulate: true,
-                                            ..
-                                        }
-                                    ))
-                        })
-                        .count();
-                    assert!(ctas_of(&low.program).iter().all(|&c| c == 0));
-                    assert_eq!(
-                        ctas_of(&pinned).iter().filter(|&&c| c == 16).count(),
-                        comm_adds,
-                        "{w:?} {s}"
-                    );
                     // The heater: 3 GEMMs ahead of every device's first stream.
                     let mut heated = low.program.clone();
                     add_heater(&mut heated, 3);

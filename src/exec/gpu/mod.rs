@@ -102,9 +102,6 @@ pub struct GpuOptions {
     /// Before every run (warm-up and timed), about this many milliseconds of large GEMMs
     /// on each GPU, untimed ([`HEATER`]); 0 (the default): none. See [`HEAT_MS`].
     pub heat_ms: f64,
-    /// CTAs the adds on communication streams run on (the profile's
-    /// `gpu.elementwise.comm_ctas`); 0: the whole GPU.
-    pub comm_add_ctas: u32,
 }
 
 /// Milliseconds of heater before every run and every calibration measurement unless asked
@@ -142,7 +139,6 @@ impl Default for GpuOptions {
             process: None,
             watchdog: Some(60.0),
             heat_ms: HEAT_MS,
-            comm_add_ctas: 0,
         }
     }
 }
@@ -224,20 +220,36 @@ pub struct P2pCalibration {
     pub gemm_with_nccl_s: f64,
 }
 
-/// A reduction on a communication stream, on a few CTAs of its own (`Kernel::Add` with
-/// `ctas`), measured by `calibrate`.
+/// Reductions beside GEMMs, measured by `calibrate`: the compute side of a
+/// reduce-scatter chain (partial GEMMs on one stream, the add of each on another after
+/// it), and the bandwidth of an add on a few CTAs of its own.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct CommAddCalibration {
-    /// CTA counts tried, with a 1 GiB-per-operand add's bandwidth on each (bytes read plus
-    /// written per second).
+pub struct ReductionCalibration {
+    /// CTA counts (1024 threads each) with a 1 GiB-per-operand add's bandwidth on each
+    /// (bytes read plus written per second).
     pub sweep: Vec<(u32, f64)>,
-    /// The count chosen: the smallest whose bandwidth reaches half the whole-GPU add's.
-    pub ctas: u32,
-    pub bytes_per_s: f64,
-    /// The 8192³ GEMM beside a loop of such adds, and one add alone and beside the GEMM.
-    pub gemm_with_add_s: f64,
+    /// The chain's GEMM (m, n, k); its adds are over its m×n output.
+    pub chain_gemm: (u64, u64, u64),
+    /// Per GEMM, alone and in the chain (beside the adds, counting the gaps where a GEMM
+    /// waits for SMs); per add, alone and in the chain (beside the next GEMM).
+    pub gemm_alone_s: f64,
+    pub gemm_in_chain_s: f64,
     pub add_alone_s: f64,
-    pub add_with_gemm_s: f64,
+    pub add_in_chain_s: f64,
+}
+
+impl ReductionCalibration {
+    /// The interference parameters that reproduce the chain in the simulator's model: a
+    /// GEMM is slowed only while an add runs beside it (a fraction φ of its time, the
+    /// add's share of the step), so `gemm_slowdown_beside_reduction` = 1 + (chain/alone
+    /// − 1)/φ; an add runs beside a GEMM throughout: `reduction_slowdown_beside_gemm` =
+    /// chain/alone. Both at least 1.
+    pub fn slowdowns(&self) -> (f64, f64) {
+        let ok = |x: f64| if x.is_finite() { x.max(1.0) } else { 1.0 };
+        let phi = (self.add_in_chain_s / self.gemm_in_chain_s).clamp(1e-3, 1.0);
+        let g = 1.0 + (self.gemm_in_chain_s / self.gemm_alone_s - 1.0) / phi;
+        (ok(g), ok(self.add_in_chain_s / self.add_alone_s))
+    }
 }
 
 /// What `calibrate` measured on one GPU (bf16).
@@ -266,9 +278,9 @@ pub struct Calibration {
     /// GPU rested between GEMMs instead) and seconds of heater before the first.
     #[serde(default)]
     pub heat_ms: f64,
-    /// Reductions on a few CTAs beside GEMMs (absent in older calibrations).
+    /// Reductions beside GEMMs (absent in older calibrations).
     #[serde(default)]
-    pub comm_add: Option<CommAddCalibration>,
+    pub reductions: Option<ReductionCalibration>,
     #[serde(default)]
     pub warm_s: f64,
     /// A 1 GiB copy alone and beside that GEMM.
@@ -352,6 +364,29 @@ mod tests {
         assert!((rel_frobenius(&[1.1, 0.0], &[1.0, 0.0]) - 0.1).abs() < 1e-6);
         assert!(rel_frobenius(&[f32::NAN], &[1.0]).is_infinite());
         assert!(rel_frobenius(&[1.0], &[1.0, 2.0]).is_infinite());
+    }
+
+    #[test]
+    fn reduction_slowdowns_reproduce_the_chain() {
+        let rc = ReductionCalibration {
+            sweep: vec![],
+            chain_gemm: (4096, 4096, 2048),
+            gemm_alone_s: 100e-6,
+            gemm_in_chain_s: 110e-6,
+            add_alone_s: 20e-6,
+            add_in_chain_s: 55e-6,
+        };
+        let (g, a) = rc.slowdowns();
+        // φ = 55/110 = 0.5: a GEMM 1.2x slower for half its time is 1.1x slower.
+        assert!((g - 1.2).abs() < 1e-12, "{g}");
+        assert!((a - 2.75).abs() < 1e-12, "{a}");
+        // Faster in the chain than alone: no slowdown, not a speed-up.
+        let fast = ReductionCalibration {
+            gemm_in_chain_s: 90e-6,
+            add_in_chain_s: 10e-6,
+            ..rc
+        };
+        assert_eq!(fast.slowdowns(), (1.0, 1.0));
     }
 
     #[test]

@@ -10,10 +10,9 @@
 //!   while a transfer of its GPU moves bytes;
 //! - a memory-bound op (elementwise, copy) runs `memory_op_slowdown_beside_gemm` slower
 //!   while a GEMM runs on its GPU;
-//! - when the profile gives reductions on communication streams SMs of their own
-//!   (`gpu.elementwise.comm_ctas`), each such elementwise op holds that many SMs while it
-//!   runs — a GEMM beside it loses them like those of communication kernels — and runs
-//!   `comm_elementwise_slowdown_beside_gemm` slower while a GEMM runs.
+//! - an elementwise op on a communication stream (a reduction: the adds of Flash-RS,
+//!   direct and permute-loop chains) runs `reduction_slowdown_beside_gemm` slower beside a
+//!   GEMM, and a GEMM runs `gemm_slowdown_beside_reduction` slower while one runs.
 //!
 //! Whenever a count changes, every running op of that rank whose factor changed keeps the
 //! work it has done (a fraction of its cost-model time), takes the new factor, and gets a
@@ -41,12 +40,10 @@ pub(super) struct InterferenceState {
     posted: Vec<u32>,
     moving: Vec<u32>,
     gemms: Vec<u32>,
-    /// Per rank, elementwise ops on communication streams running on SMs of their own.
-    side: Vec<u32>,
-    /// SMs each of those holds (0: they run on the whole GPU).
-    side_ctas: u64,
-    /// Per op: an elementwise op on a communication stream, with SMs of its own.
-    is_side: Vec<bool>,
+    /// Per rank, reductions (elementwise ops on communication streams) running.
+    reductions: Vec<u32>,
+    /// Per op: it is a reduction.
+    is_reduction: Vec<bool>,
     running: Vec<Vec<OpId>>,
     progress: Vec<Progress>,
     /// GEMM SM slowdowns by (shape, SMs left).
@@ -57,25 +54,22 @@ pub(super) struct InterferenceState {
 pub(super) type Reschedule = (OpId, f64, u32);
 
 impl InterferenceState {
-    pub fn new(model: Interference, plan: &Plan, side_ctas: u64) -> InterferenceState {
+    pub fn new(model: Interference, plan: &Plan) -> InterferenceState {
         let (ranks, ops) = (plan.ranks as usize, plan.op_count());
-        let is_side = plan
-            .ops
-            .iter()
-            .map(|o| {
-                side_ctas > 0
-                    && matches!(o.kind, OpKind::Elementwise { .. })
-                    && plan.streams[o.stream as usize].kind == StreamKind::Comm
-            })
-            .collect();
         InterferenceState {
             model,
             posted: vec![0; ranks],
             moving: vec![0; ranks],
             gemms: vec![0; ranks],
-            side: vec![0; ranks],
-            side_ctas,
-            is_side,
+            reductions: vec![0; ranks],
+            is_reduction: plan
+                .ops
+                .iter()
+                .map(|o| {
+                    matches!(o.kind, OpKind::Elementwise { .. })
+                        && plan.streams[o.stream as usize].kind == StreamKind::Comm
+                })
+                .collect(),
             running: vec![Vec::new(); ranks],
             progress: vec![
                 Progress {
@@ -105,8 +99,8 @@ impl InterferenceState {
         if matches!(o.kind, OpKind::Gemm { .. }) {
             self.gemms[r] += 1;
         }
-        if self.is_side[op as usize] {
-            self.side[r] += 1;
+        if self.is_reduction[op as usize] {
+            self.reductions[r] += 1;
         }
         self.running[r].push(op);
         let p = &mut self.progress[op as usize];
@@ -122,8 +116,8 @@ impl InterferenceState {
         if matches!(o.kind, OpKind::Gemm { .. }) {
             self.gemms[r] -= 1;
         }
-        if self.is_side[op as usize] {
-            self.side[r] -= 1;
+        if self.is_reduction[op as usize] {
+            self.reductions[r] -= 1;
         }
         if let Some(i) = self.running[r].iter().position(|&x| x == op) {
             self.running[r].remove(i);
@@ -148,16 +142,14 @@ impl InterferenceState {
         let p = &self.model.params;
         Ok(match o.kind {
             OpKind::Gemm { m, n, k, dtype } => {
-                let comm = if self.holds_sms() {
+                let held = if self.holds_sms() {
                     (self.posted[r] as u64)
                         .saturating_mul(p.comm_ctas_per_op)
                         .min(p.max_comm_ctas)
                 } else {
                     0
                 };
-                let held =
-                    comm.saturating_add((self.side[r] as u64).saturating_mul(self.side_ctas));
-                let sms = gpu.sm_count.saturating_sub(held).max(1);
+                let sms = gpu.sm_count.saturating_sub(held);
                 let key = (m, n, k, dtype as usize, sms);
                 let sm = match self.sm_cache.get(&key) {
                     Some(&f) => f,
@@ -172,10 +164,15 @@ impl InterferenceState {
                 } else {
                     1.0
                 };
-                sm * hbm
+                let red = if self.reductions[r] > 0 {
+                    p.gemm_slowdown_beside_reduction
+                } else {
+                    1.0
+                };
+                sm * hbm * red
             }
             _ if self.gemms[r] == 0 => 1.0,
-            _ if self.is_side[op as usize] => p.comm_elementwise_slowdown_beside_gemm,
+            _ if self.is_reduction[op as usize] => p.reduction_slowdown_beside_gemm,
             _ => p.memory_op_slowdown_beside_gemm,
         })
     }

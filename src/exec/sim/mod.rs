@@ -19,7 +19,7 @@ pub mod variability;
 
 use crate::cost::{self, CostError};
 use crate::fasthash::IntMap;
-use crate::plan::{LaunchId, NO_PARTNER, OpId, OpKind, Plan, StreamKind};
+use crate::plan::{LaunchId, NO_PARTNER, OpId, OpKind, Plan};
 use crate::scenario::{
     Hardware, InterferenceParams, Scenario, Straggler, StragglerTarget, Transport,
 };
@@ -339,11 +339,6 @@ impl<'p> Engine<'p> {
                     }
                 }
                 OpKind::Attention(a) => cost::attention_time(gpu, &a)?,
-                OpKind::Elementwise { bytes, .. }
-                    if plan.streams[o.stream as usize].kind == StreamKind::Comm =>
-                {
-                    cost::comm_elementwise_time(gpu, bytes)
-                }
                 OpKind::Elementwise { bytes, .. } => cost::elementwise_time(gpu, bytes),
                 OpKind::Copy { bytes } => cost::elementwise_time(gpu, bytes.saturating_mul(2)),
                 OpKind::Send { .. } | OpKind::Recv { .. } => COMM,
@@ -391,7 +386,7 @@ impl<'p> Engine<'p> {
             interference: opts
                 .interference
                 .clone()
-                .map(|m| InterferenceState::new(m, plan, hw.gpu.elementwise.comm_ctas)),
+                .map(|m| InterferenceState::new(m, plan)),
             resched: Vec::new(),
             jitter,
         })

@@ -654,38 +654,36 @@ fn model(transport: Transport, ctas: u64, gemm_slow: f64, mem_slow: f64) -> Opti
             max_comm_ctas: 32,
             gemm_slowdown_beside_transfer: gemm_slow,
             memory_op_slowdown_beside_gemm: mem_slow,
-            comm_elementwise_slowdown_beside_gemm: 1.25,
+            gemm_slowdown_beside_reduction: 1.0,
+            reduction_slowdown_beside_gemm: mem_slow,
         },
         transport,
     })
 }
 
-/// A reduction on a communication stream with SMs of its own (`elementwise.comm_ctas`):
-/// the GEMM beside it runs on the SMs left (one wave becomes two), the add at its own
-/// bandwidth and `comm_elementwise_slowdown_beside_gemm` slower while the GEMM runs.
+/// A reduction (an add on a comm stream) beside a GEMM: the add runs `s` slower until it
+/// ends, the GEMM `f` slower while the add runs. Both start at 0 and the add ends first:
+/// add end = s·A; GEMM end = s·A + G − s·A/f. An add on the compute stream (not a
+/// reduction) leaves the GEMM alone.
 #[test]
-fn a_reduction_on_its_own_sms_takes_them_from_the_gemm_beside_it() {
-    let (m, n) = (11 * 128, 12 * 256);
-    let mut hw = config::load_hardware("h100-sxm-8", None).unwrap();
-    hw.gpu.elementwise.comm_ctas = 24;
-    hw.gpu.elementwise.comm_efficiency = 0.3;
-    let c = crate::cost::gemm_cost(&hw.gpu, m, n, 4096, crate::scenario::DType::Bf16).unwrap();
-    assert_eq!(c.waves, 1);
+fn a_reduction_beside_a_gemm_slows_both_while_they_overlap() {
+    let hw = config::load_hardware("h100-sxm-8", None).unwrap();
     let t = OpTag {
         site: 0,
         step: 0,
         slice: 0,
     };
-    let bytes = 3_000_000_000u64;
-    let run = |hw: &crate::scenario::Hardware, interference| {
+    let (m, n, k) = (8192, 8192, 8192);
+    let bytes = 300_000_000u64;
+    let run = |kind: StreamKind| {
         let mut b = PlanBuilder::new(1);
         b.site("x");
         let c0 = b.stream(0, "compute", StreamKind::Compute);
-        let s0 = b.stream(0, "comm", StreamKind::Comm);
+        let s0 = b.stream(0, "side", kind);
         let gemm = OpKind::Gemm {
             m,
             n,
-            k: 4096,
+            k,
             dtype: crate::scenario::DType::Bf16,
         };
         let g = b.single(c0, gemm, &[], t).unwrap();
@@ -695,29 +693,28 @@ fn a_reduction_on_its_own_sms_takes_them_from_the_gemm_beside_it() {
         };
         let a = b.single(s0, add, &[], t).unwrap();
         let plan = b.finish().unwrap();
+        let mut m_ = model(Transport::CopyEngine, 8, 1.0, 3.0);
+        if let Some(i) = m_.as_mut() {
+            i.params.gemm_slowdown_beside_reduction = 1.2;
+            i.params.reduction_slowdown_beside_gemm = 2.5;
+        }
         let opts = SimOptions {
-            interference,
+            interference: m_,
             ..SimOptions::default()
         };
-        let r = simulate(&plan, hw, &opts).unwrap();
+        let r = simulate(&plan, &hw, &opts).unwrap();
         (r.times[g as usize], r.times[a as usize])
     };
-    let add_alone = hw.gpu.elementwise.launch + bytes as f64 / (hw.gpu.hbm_bandwidth * 0.3);
-    // Without the interference model: each at its own speed.
-    let (g, a) = run(&hw, None);
-    close(g.end - g.start, c.total, "GEMM alone");
-    close(a.end - a.start, add_alone, "add alone");
-    // With it: 108 SMs for the GEMM (two waves) while the add runs (it outlasts the GEMM);
-    // the add 1.25x slower until the GEMM ends.
-    let (g, a) = run(&hw, model(Transport::CopyEngine, 8, 1.0, 3.0));
-    let tg = hw.gpu.gemm.launch + 2.0 * c.compute;
-    close(g.end - g.start, tg, "GEMM on 108 SMs");
-    assert!(add_alone > tg * 1.25);
-    close(a.end, tg + (add_alone - tg / 1.25), "add end");
-    // On the whole GPU (comm_ctas 0) the add holds no SMs: the memory-op slowdown (3x).
-    hw.gpu.elementwise.comm_ctas = 0;
-    let (g, _) = run(&hw, model(Transport::CopyEngine, 8, 1.0, 3.0));
-    close(g.end - g.start, c.total, "GEMM beside a whole-GPU add");
+    let gd = gemm_time(&hw.gpu, m, n, k, crate::scenario::DType::Bf16).unwrap();
+    let ad = elementwise_time(&hw.gpu, bytes);
+    assert!(2.5 * ad < gd);
+    let (g, a) = run(StreamKind::Comm);
+    close(a.end, 2.5 * ad, "add end");
+    close(g.end, 2.5 * ad + gd - 2.5 * ad / 1.2, "GEMM end");
+    // The same add on a compute stream: memory-op slowdown (3x), the GEMM untouched.
+    let (g, a) = run(StreamKind::Compute);
+    close(a.end, 3.0 * ad, "compute-stream add end");
+    close(g.end, gd, "GEMM beside a compute-stream add");
 }
 
 #[test]
@@ -774,6 +771,8 @@ fn interference_off_or_neutral_reproduces_the_core_numbers_exactly() {
     let p = neutral.hardware.interference.as_mut().unwrap();
     p.gemm_slowdown_beside_transfer = 1.0;
     p.memory_op_slowdown_beside_gemm = 1.0;
+    p.gemm_slowdown_beside_reduction = 1.0;
+    p.reduction_slowdown_beside_gemm = 1.0;
     for s in [Strategy::Sequential, Strategy::Chunked(4), Strategy::Flash] {
         let base = SimOptions::default();
         let core = {

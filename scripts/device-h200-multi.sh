@@ -3,7 +3,9 @@
 # calibration (with GPU-to-GPU bandwidth, latency and NCCL interference), then every
 # workload at tp = 2, 4, 8 (as many as the GPUs allow), 8k to 128k tokens, every strategy,
 # over the copy-engine and the NCCL transport, one GPU per rank, each checked against the
-# reference; finally `validate` of every case against the calibrated profile.
+# reference; the same shapes through PyTorch's own ops (scripts/torch-reference.py: NCCL
+# collectives + matmul, and the symmetric-memory fused all-gather-matmul and
+# matmul-reduce-scatter); finally `validate` of every case against the calibrated profile.
 #   Build here:  cargo build --release --features cuda && \
 #     cargo test --release -p flashoverlap-cuda --no-run && scripts/stage-cuda.sh
 #   Run through the device tool (kind nvidia-h200-x8, say) with carry [".build-cuda"]:
@@ -32,6 +34,12 @@ for tp in 2 4 8; do
       --strategy $S --transport $t --warmup 3 --repeats 10 \
       --out "$R/$w-tp$tp-t$((b * 4))k-$t" --force
   done; done; done
+done
+for tp in 2 4 8; do
+  [ "$tp" -le "$NG" ] || continue
+  echo "== PyTorch reference, tp=$tp"
+  /opt/torch/.venv/bin/python -m torch.distributed.run --nproc-per-node "$tp" \
+    scripts/torch-reference.py --tokens 8192,32768,131072 --out "$R/torch-tp$tp.json"
 done
 echo "== validate (calibrated profile)"
 $B/flashoverlap validate "$R"/*-tp*-t*k-* --hardware "$HW" --out "$R/validate.json" --force

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# A second call on the lent single-H200 machine, on the checked-in calibration
+# (hardware-profiles/measured/h200-measured.toml, measured by scripts/device-h200.sh in an
+# earlier call): the compute-side validation runs again, to see how much prediction error
+# moves from one machine session to the next; and scripts/torch-reference.py on one
+# process (does it run here).
+#   Build and stage as for scripts/device-h200.sh; carry [".build-cuda"].
+set -uo pipefail
+R=/tmp/flashoverlap-repro
+FO_DEFAULT_LIMIT_S=400
+. "$(dirname "$0")/device-common.sh"
+stamp() { echo "== [$(date +%T)] $*"; }
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version,power.limit --format=csv
+HW=hardware-profiles/measured/h200-measured.toml
+S=sequential,chunked:2,chunked:4,flash,direct,permute-loop
+stamp "single-rank schedules, stand-in none"
+for w in ag-gemm gemm-rs mlp; do for tp in 2 4 8; do for b in 3 10; do
+  $B/flashoverlap run --hardware "$HW" --model llama-3-8b --workload $w --tp $tp --batch $b \
+    --seq 3072 --strategy $S --emulate-rank 0 --stand-in none --warmup 3 --repeats 10 \
+    --out "$R/emu-none-llama-$w-tp$tp-b$b" --force | tail -n 1
+done; done; done
+for w in ag-gemm gemm-rs mlp; do for tp in 2 4; do for b in 2 6; do
+  $B/flashoverlap run --hardware "$HW" --model models/hf/qwen2.5-7b.json --workload $w --tp $tp \
+    --batch $b --seq 3072 --strategy $S --emulate-rank 0 --stand-in none --warmup 3 --repeats 10 \
+    --out "$R/emu-none-qwen-$w-tp$tp-b$b" --force | tail -n 1
+done; done; done
+$B/flashoverlap validate "$R"/emu-* --hardware "$HW" --out "$R/validate.json" --force | tail -n 2
+stamp "PyTorch reference on one process"
+/opt/torch/.venv/bin/python -m torch.distributed.run --nproc-per-node 1 \
+  scripts/torch-reference.py --tokens 8192 --warmup 2 --repeats 5 --out "$R/torch-tp1.json"
+stamp done

@@ -55,6 +55,24 @@ pub enum ActFn {
     Silu = 2,
 }
 
+impl Kernel {
+    /// One row-major `C (m×n) = A (m×k) · B (k×n)` over whole buffers `a`, `b`, `c`.
+    pub fn gemm(a: u32, b: u32, c: u32, m: u64, n: u64, k: u64) -> Kernel {
+        let at = |buf| Ptr { buf, offset: 0 };
+        Kernel::Gemm {
+            a: at(a),
+            b: at(b),
+            c: at(c),
+            m,
+            n,
+            k,
+            batch: 1,
+            stride_a: m * k,
+            stride_c: m * n,
+        }
+    }
+}
+
 /// `blocks` runs of `block_elems` elements, `stride` elements apart, from `ptr`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Span2 {

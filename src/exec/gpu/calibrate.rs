@@ -45,17 +45,7 @@ fn at(buf: u32) -> fc::Ptr {
 }
 
 fn gemm(a: u32, b: u32, c: u32, m: u64, n: u64, k: u64) -> fc::Kernel {
-    fc::Kernel::Gemm {
-        a: at(a),
-        b: at(b),
-        c: at(c),
-        m,
-        n,
-        k,
-        batch: 1,
-        stride_a: m * k,
-        stride_c: m * n,
-    }
+    fc::Kernel::gemm(a, b, c, m, n, k)
 }
 
 /// Run `p` `repeats` times after `warmup`; per span, the median duration.
@@ -200,18 +190,7 @@ pub(super) fn calibrate(
         ptr: at(buf),
         stride: elems,
     };
-    let add_span = timed(
-        &mut p,
-        0,
-        fc::Kernel::Add {
-            out: s2(z),
-            x: s2(x),
-            y: s2(y),
-            block_elems: elems,
-            blocks: 1,
-            ctas: 0,
-        },
-    );
+    let add_span = timed(&mut p, 0, add_on(x, y, z, elems, 0));
     let tiny = 256u32;
     let first_tiny = p.spans;
     for _ in 0..tiny {

@@ -481,21 +481,10 @@ pub(super) fn add_heater(p: &mut fc::Program, gemms: u32) {
             buf(k * n, Some(0x4ea7_0002)),
             buf(m * n, None),
         );
-        let at = |buf| fc::Ptr { buf, offset: 0 };
         for _ in 0..gemms {
             p.preamble.push(fc::Step::Launch {
                 stream: s as u32,
-                kernel: fc::Kernel::Gemm {
-                    a: at(a),
-                    b: at(b),
-                    c: at(c),
-                    m,
-                    n,
-                    k,
-                    batch: 1,
-                    stride_a: m * k,
-                    stride_c: m * n,
-                },
+                kernel: fc::Kernel::gemm(a, b, c, m, n, k),
             });
         }
     }

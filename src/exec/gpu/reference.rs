@@ -44,20 +44,9 @@ impl Builder {
         self.p.buffers.len() as u32 - 1
     }
     fn gemm(&mut self, a: u32, b: u32, c: u32, m: u64, n: u64, k: u64) {
-        let at = |buf| fc::Ptr { buf, offset: 0 };
         self.p.steps.push(fc::Step::Launch {
             stream: 0,
-            kernel: fc::Kernel::Gemm {
-                a: at(a),
-                b: at(b),
-                c: at(c),
-                m,
-                n,
-                k,
-                batch: 1,
-                stride_a: m * k,
-                stride_c: m * n,
-            },
+            kernel: fc::Kernel::gemm(a, b, c, m, n, k),
         });
     }
     fn add(&mut self, out: u32, x: u32, y: u32, elems: u64) {

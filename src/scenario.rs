@@ -159,11 +159,29 @@ pub struct GpuSpec {
     pub peak_flops: [Option<f64>; 4],
     pub gemm: GemmParams,
     pub elementwise: ElementwiseParams,
+    /// A compute-bound GEMM's time under sustained load over its time in a short burst
+    /// (the power limit lowers the clocks), when measured.
+    pub sustained_gemm_slowdown: Option<f64>,
 }
 
 impl GpuSpec {
     pub fn peak(&self, dtype: DType) -> Option<f64> {
         self.peak_flops[dtype as usize]
+    }
+
+    /// This GPU at the clocks sustained load gives it: the compute side of GEMMs and
+    /// attention (the profile's efficiency, and every measured GEMM time) slowed by
+    /// `sustained_gemm_slowdown`; HBM-bound work is unchanged (the memory clock stays).
+    /// `None` when the profile does not give the factor.
+    pub fn at_sustained_clocks(&self) -> Option<GpuSpec> {
+        let f = self.sustained_gemm_slowdown?;
+        let mut g = self.clone();
+        g.gemm.efficiency /= f;
+        for p in &mut g.gemm.measured {
+            p.secs *= f;
+        }
+        g.sustained_gemm_slowdown = Some(1.0);
+        Some(g)
     }
 }
 

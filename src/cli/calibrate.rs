@@ -240,6 +240,8 @@ pub fn profile(
     f.gpu.gemm.memory_efficiency = (c.copy_bytes_per_s / hbm).clamp(0.05, 1.0);
     f.gpu.elementwise.efficiency = (c.add_bytes_per_s / hbm).clamp(0.05, 1.0);
     f.gpu.elementwise.launch_us = c.launch_s * 1e6;
+    let sus = c.gemm_sustained_s / c.gemm_alone_s;
+    f.gpu.sustained_gemm_slowdown = (sus.is_finite() && sus > 0.0).then(|| sus.max(1.0));
     // Interference as the engine models it: the GEMM beside a copy loop, the copy beside
     // the GEMM; the CTA counts of communication kernels stay the base profile's.
     let slow = |with: f64, alone: f64| {

@@ -70,6 +70,12 @@ pub struct Args {
     /// `[interference]`).
     #[arg(long)]
     pub no_interference: bool,
+    /// GPU clocks to predict at: `burst` (the profile as given: a GPU between short
+    /// bursts, as `calibrate` measures) or `sustained` (at its power limit under
+    /// sustained load, as in training: the compute side of GEMMs and attention slowed by
+    /// the profile's `gpu.sustained_gemm_slowdown`).
+    #[arg(long, value_enum, default_value_t = Clocks::Burst)]
+    pub clocks: Clocks,
     /// Node count of a multi-node hardware profile (e.g. dgx-h100).
     #[arg(long, value_parser = parse_count)]
     pub nodes: Option<i64>,
@@ -245,9 +251,27 @@ pub fn scenario_and_file(
     } else {
         src.dir.clone()
     };
-    let sc = config::scenario_from_file(&src.name, dir.as_deref(), f.clone(), &o)
+    let mut sc = config::scenario_from_file(&src.name, dir.as_deref(), f.clone(), &o)
         .map_err(CliError::input)?;
+    if a.clocks == Clocks::Sustained {
+        let hw = &mut sc.hardware;
+        hw.gpu = hw.gpu.at_sustained_clocks().ok_or_else(|| {
+            CliError::input(format!(
+                "--clocks sustained: hardware profile `{}` has no gpu.sustained_gemm_slowdown \
+                 (`flashoverlap calibrate` measures it)",
+                hw.name
+            ))
+        })?;
+        hw.name = format!("{} at sustained clocks", hw.name);
+    }
     Ok((sc, f))
+}
+
+/// Which clocks a prediction assumes (see `--clocks`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Clocks {
+    Burst,
+    Sustained,
 }
 
 fn file_stem(strategy: &str) -> String {

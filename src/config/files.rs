@@ -100,6 +100,10 @@ pub struct GpuFile {
     pub peak_tflops: PeakFile,
     pub gemm: GemmFile,
     pub elementwise: ElementwiseFile,
+    /// How much longer a compute-bound GEMM takes on a GPU under sustained load (at its
+    /// power limit's clocks) than in a short burst; written by `calibrate`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sustained_gemm_slowdown: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

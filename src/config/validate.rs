@@ -145,6 +145,18 @@ pub fn hardware_from_file(file: &str, h: HardwareFile) -> R<Hardware> {
                 .map(|(i, pt)| gemm_point(file, i, pt))
                 .collect::<R<Vec<_>>>()?,
         },
+        sustained_gemm_slowdown: match g.sustained_gemm_slowdown {
+            None => None,
+            Some(v) if v.is_finite() && v >= 1.0 => Some(v),
+            Some(v) => {
+                return Err(ConfigError::invalid(
+                    file,
+                    "gpu.sustained_gemm_slowdown",
+                    v,
+                    "must be a finite slowdown ≥ 1",
+                ));
+            }
+        },
         elementwise: ElementwiseParams {
             efficiency: fraction(file, "gpu.elementwise.efficiency", g.elementwise.efficiency)?,
             launch: non_negative_f(file, "gpu.elementwise.launch_us", g.elementwise.launch_us)?

@@ -299,7 +299,7 @@ pub fn ring_collective_time(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scenario::{ElementwiseParams, GemmParams};
+    use crate::scenario::{ElementwiseParams, GemmParams, GemmPoint};
 
     fn gpu() -> GpuSpec {
         GpuSpec {
@@ -316,6 +316,7 @@ mod tests {
                 launch: 0.0,
                 measured: Vec::new(),
             },
+            sustained_gemm_slowdown: None,
             elementwise: ElementwiseParams {
                 efficiency: 0.9,
                 launch: 0.0,
@@ -343,9 +344,60 @@ mod tests {
         assert!((achieved / (0.8 * 989e12) - 1.0).abs() < 1e-9);
     }
 
+    /// At sustained clocks a compute-bound GEMM (and attention) takes the factor longer,
+    /// a measured one exactly the factor; HBM-bound work does not change.
+    #[test]
+    fn sustained_clocks_slow_the_compute_side_only() {
+        let mut g = gpu();
+        assert_eq!(g.at_sustained_clocks(), None);
+        g.sustained_gemm_slowdown = Some(1.25);
+        let s = g.at_sustained_clocks().unwrap();
+        let bf = DType::Bf16;
+        let (big, big_s) = (
+            gemm_cost(&g, 8192, 8192, 8192, bf).unwrap(),
+            gemm_cost(&s, 8192, 8192, 8192, bf).unwrap(),
+        );
+        assert!(big.compute > big.memory);
+        let launch = g.gemm.launch;
+        assert!(((big_s.total - launch) / (big.total - launch) - 1.25).abs() < 1e-9);
+        // A memory-bound GEMM (m = 1) keeps its time.
+        let (thin, thin_s) = (
+            gemm_time(&g, 1, 8192, 8192, bf).unwrap(),
+            gemm_time(&s, 1, 8192, 8192, bf).unwrap(),
+        );
+        assert_eq!(thin, thin_s);
+        assert_eq!(elementwise_time(&g, 1 << 30), elementwise_time(&s, 1 << 30));
+        // Measured GEMMs: exactly the factor, on and between the points.
+        g.gemm.measured = vec![
+            GemmPoint {
+                dtype: bf,
+                m: 4096,
+                n: 4096,
+                k: 4096,
+                secs: 200e-6,
+            },
+            GemmPoint {
+                dtype: bf,
+                m: 8192,
+                n: 4096,
+                k: 4096,
+                secs: 390e-6,
+            },
+        ];
+        let s = g.at_sustained_clocks().unwrap();
+        for m in [4096, 6000, 8192] {
+            let (a, b) = (
+                gemm_time(&g, m, 4096, 4096, bf).unwrap(),
+                gemm_time(&s, m, 4096, 4096, bf).unwrap(),
+            );
+            assert!((b / a - 1.25).abs() < 1e-9, "m {m}: {a} {b}");
+        }
+        // Applying it twice does nothing more.
+        assert_eq!(s.at_sustained_clocks().unwrap().gemm, s.gemm);
+    }
+
     #[test]
     fn measured_points_are_hit_exactly_and_blended_between() {
-        use crate::scenario::GemmPoint;
         let mut g = gpu();
         let model = |g: &GpuSpec, m, n, k| gemm_time(g, m, n, k, DType::Bf16).unwrap();
         let (a, b) = ((1024, 4096, 4096), (4096, 4096, 4096));

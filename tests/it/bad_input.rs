@@ -126,6 +126,18 @@ fn cases(d: &Path) -> Vec<Case> {
              link_gbps = 100.0\n",
         ),
     );
+    let hw_sustained = write(
+        d,
+        "sustained.toml",
+        &HW.replace(
+            "hbm_gbps = 3350.0\n",
+            "hbm_gbps = 3350.0\nsustained_gemm_slowdown = 0.9\n",
+        )
+        .replace(
+            "[topology]\n",
+            "[topology]\nkind = \"nvswitch\"\ngpus = 8\nlink_gbps = 100.0\n",
+        ),
+    );
     let hw_xml_missing = write(
         d,
         "xml-missing.toml",
@@ -286,6 +298,26 @@ fn cases(d: &Path) -> Vec<Case> {
                 hw_reduction.clone(),
                 s("interference.gemm_slowdown_beside_reduction"),
                 s("0.8"),
+            ],
+        },
+        Case {
+            name: "sustained clocks on a profile that has not measured them",
+            args: sim(&["--clocks", "sustained"]),
+            code: 2,
+            says: vec![
+                s("--clocks sustained"),
+                s("h100-sxm-8"),
+                s("gpu.sustained_gemm_slowdown"),
+            ],
+        },
+        Case {
+            name: "a sustained-load slowdown below 1",
+            args: sim(&["--hardware", &hw_sustained]),
+            code: 2,
+            says: vec![
+                hw_sustained.clone(),
+                s("gpu.sustained_gemm_slowdown"),
+                s("0.9"),
             ],
         },
         Case {

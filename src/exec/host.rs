@@ -230,7 +230,7 @@ fn run_group(plan: &Plan, bufs: &mut Bufs<'_>, launches: &[LaunchId]) {
         match plan.io[op as usize] {
             OpIo::Gemm { a, b, c } => {
                 let (k, n) = (bufs.cols(a.buf), bufs.cols(b));
-                let w = bufs.data[b as usize].clone();
+                let w = &bufs.data[b as usize];
                 let out: Vec<Vec<f64>> = bufs
                     .read(&a)
                     .into_iter()
@@ -338,9 +338,7 @@ impl RowMap {
 }
 
 fn find(plan: &Plan, name: &str, rank: u32) -> Result<(u64, u64), HostError> {
-    plan.buffers
-        .iter()
-        .find(|b| b.name == name && b.rank == rank)
+    plan.buffer_named(name, rank)
         .map(|b| (b.rows, b.cols))
         .ok_or_else(|| {
             HostError::Reference(format!("the plan has no buffer `{name}` on rank {rank}"))

@@ -298,6 +298,12 @@ impl Plan {
     pub fn has_dataflow(&self) -> bool {
         !self.io.is_empty()
     }
+    /// Rank `rank`'s buffer named `name`.
+    pub fn buffer_named(&self, name: &str, rank: u32) -> Option<&BufferInfo> {
+        self.buffers
+            .iter()
+            .find(|b| b.name == name && b.rank == rank)
+    }
     /// Where the global tensor `name` sits in the buffers of that name: (buffer row,
     /// global row, rows) per run of every rank's `Global` init, sorted and without
     /// repeats. Rows computed from that tensor keep its rows' places, so this maps a

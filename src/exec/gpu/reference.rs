@@ -15,9 +15,7 @@ fn cuda(e: fc::CudaError) -> GpuError {
 }
 
 fn find(plan: &Plan, name: &str, rank: u32) -> Result<(u64, u64), GpuError> {
-    plan.buffers
-        .iter()
-        .find(|b| b.name == name && b.rank == rank)
+    plan.buffer_named(name, rank)
         .map(|b| (b.rows, b.cols))
         .ok_or_else(|| {
             GpuError::Cuda(format!(

@@ -64,5 +64,15 @@ for w in ag-gemm gemm-rs mlp; do for tp in 2 4 8; do
 done; done
 stamp "validate (calibrated profile)"
 $B/flashoverlap validate "$R"/emu-* --hardware "$HW" --out "$R/validate.json" --force | tail -n 3
+# Diagnostic, not validation: the runs' own GEMM shapes measured the calibration's way,
+# which splits each error into the GEMM model's (interpolation) and the schedule's.
+stamp "diagnostic: the compute-side runs' own GEMM shapes"
+mkdir -p "$R/run-shapes"
+$B/flashoverlap calibrate --base h200-sxm-8 --name h200-run-shapes \
+  --out "$R/run-shapes/h200-run-shapes.toml" --shapes-from "$R"/emu-none-* --repeats 5 --force \
+  | tail -n 2
+[ -f "$R/run-shapes/h200-run-shapes.toml" ] && $B/flashoverlap validate "$R"/emu-* \
+  --hardware "$R/run-shapes/h200-run-shapes.toml" --out "$R/run-shapes/validate.json" --force \
+  | tail -n 3
 kill $SMI
 stamp done

@@ -104,11 +104,15 @@ pub fn run_shapes(dirs: &[PathBuf], hardware: &str) -> Result<Vec<(u64, u64, u64
 /// validation shapes are not calibration shapes.
 pub fn grid() -> Vec<(u64, u64, u64)> {
     // m: token counts from a chunk of a small shard (96) to a 128k gathered sequence, every
-    // power of two and three quarters of one (wave quantization changes fast in m); n, k: the hidden/ffn
-    // widths of 1B–70B models, powers of two and the midpoints 1.5·2^k, where cuBLAS's
-    // tile choices change between powers of two.
+    // power of two and three quarters of one (wave quantization changes fast in m); n, k:
+    // the hidden/ffn widths of 1B–70B models, powers of two, their midpoints 1.5·2^k and
+    // 1.25·2^k, where cuBLAS's tile choices change between powers of two: neighbours at
+    // most 1.33× apart. Left out on purpose: the widths of the validation models
+    // (1792, 3584, 4736, 7168, 9472, 14336, 18944 and their multiples by 2/tp).
     let ms = (7..=17).flat_map(|e| [1u64 << e, 3u64 << (e - 2)]);
-    let nk = [1024u64, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384];
+    let nk = [
+        1024u64, 1280, 1536, 2048, 2560, 3072, 3840, 4096, 5120, 6144, 8192, 10240, 12288, 16384,
+    ];
     let mut v = Vec::new();
     for m in ms {
         for &n in &nk {

@@ -202,6 +202,8 @@ pub struct Measured {
     pub predicted: Timeline,
     pub rel_error: Option<f64>,
     pub makespans: Vec<f64>,
+    /// Repetitions whose start gate opened by its timeout (see `GpuRun::gate_timeouts`).
+    pub gate_timeouts: u32,
     /// One GPU per rank, so the measured timeline is comparable with the prediction
     /// (ranks sharing a GPU serialize what the prediction runs in parallel).
     pub comparable: bool,
@@ -259,12 +261,21 @@ pub fn measure(
             r.makespans.iter().cloned().fold(0.0, f64::max) * 1e6,
             r.devices.join(", ")
         );
+        if r.gate_timeouts > 0 {
+            eprintln!(
+                "warning: {name}: in {} of {} repetitions the start gate opened by its \
+                 timeout before every op was issued; those runs may be launch-bound",
+                r.gate_timeouts,
+                r.makespans.len()
+            );
+        }
         out.push(Measured {
             strategy: name,
             measured,
             predicted,
             rel_error: r.rel_error,
             makespans: r.makespans,
+            gate_timeouts: r.gate_timeouts,
             comparable: r.devices.len() as u64 >= u64::from(plan.ranks),
         });
     }
@@ -377,6 +388,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
                     "measured_exposed_comm_us": mm.exposed_comm * 1e6,
                     "rel_error": m.rel_error,
                     "repeat_makespans_us": m.makespans.iter().map(|x| x * 1e6).collect::<Vec<_>>(),
+                    "gate_timeouts": m.gate_timeouts,
                 })
             })
             .collect();

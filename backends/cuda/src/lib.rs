@@ -205,6 +205,7 @@ struct Dev {
     f_act: drv::CUfunction,
     f_act8: drv::CUfunction,
     f_sleep: drv::CUfunction,
+    f_gate: drv::CUfunction,
     sms: u32,
 }
 
@@ -214,7 +215,14 @@ pub struct Measured {
     pub spans: Vec<(f64, f64)>,
     /// From the first start to the last end over all spans.
     pub wall: f64,
+    /// The start gate opened by its timeout, not by the host: issuing the steps took
+    /// longer than [`GATE_TIMEOUT`] (or the launch queue filled), so the first steps may
+    /// have run while later ones were still being issued.
+    pub gate_timed_out: bool,
 }
+
+/// How long the start gate holds the GPUs before opening on its own.
+pub const GATE_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// A program loaded on its devices: buffers allocated, streams, events and cuBLAS handles
 /// made. Drop frees everything.
@@ -237,6 +245,9 @@ pub struct Loaded {
     local: Option<Local>,
     /// One element for the start barrier of a multi-process run.
     barrier: drv::CUdeviceptr,
+    /// The start gate: two words of mapped, pinned host memory ([open, timed out]),
+    /// null when the gate is off.
+    gate: *mut u32,
 }
 
 const POISON: u16 = 0x7fc0;
@@ -336,6 +347,7 @@ impl Loaded {
             stopped: Cell::new(false),
             local,
             barrier: 0,
+            gate: std::ptr::null_mut(),
         };
         // A multi-process rank maps every program device onto its one local GPU (only its
         // own device's steps run).
@@ -364,6 +376,7 @@ impl Loaded {
                     f_act: f("act_u16")?,
                     f_act8: f("act_v8")?,
                     f_sleep: f("sleep_ns")?,
+                    f_gate: f("gate_wait")?,
                     sms: infos[phys(d) as usize].sm_count,
                 });
                 l.t0.push(event()?);
@@ -420,6 +433,15 @@ impl Loaded {
         }
         for _ in 0..l.program.spans {
             l.marks.push((event()?, event()?));
+        }
+        // SAFETY: 8 bytes of pinned host memory, mapped into every context (portable),
+        // freed in Drop; written only through volatile accesses.
+        unsafe {
+            let flags = drv::CU_MEMHOSTALLOC_DEVICEMAP | drv::CU_MEMHOSTALLOC_PORTABLE;
+            let p = cu::malloc_host(8, flags).map_err(drv_err("cuMemHostAlloc"))?;
+            l.gate = p as *mut u32;
+            std::ptr::write_volatile(l.gate, 1);
+            std::ptr::write_volatile(l.gate.add(1), 0);
         }
         if let Some(lc) = local {
             probe_nccl()?;
@@ -562,6 +584,16 @@ impl Loaded {
     /// own: each of its spans marked twice, each wait after its record) and wait for the
     /// end. Spans outside the range come back as NaN.
     pub fn run_range(&self, steps: std::ops::Range<usize>) -> Result<Measured> {
+        self.run_gated(steps, |_| {})
+    }
+
+    /// [`Loaded::run_range`], calling `issued` after the last step is issued and before
+    /// the start gate opens.
+    fn run_gated(
+        &self,
+        steps: std::ops::Range<usize>,
+        issued: impl FnOnce(&Self),
+    ) -> Result<Measured> {
         if steps.end > self.program.steps.len() || steps.start > steps.end {
             return Err(CudaError::Program(format!(
                 "steps {steps:?} outside the program's {}",
@@ -577,8 +609,13 @@ impl Loaded {
         if self.stopped.get() {
             return Err(CudaError::Stopped);
         }
-        // Every stream waits for its device's start event, so nothing runs before t0.
+        // The start gate holds each device's first stream until every step is issued, so
+        // the GPUs run the program at their own pace, not at the rate one host thread
+        // issues it (a few µs a step: a schedule of many small ops would otherwise be
+        // launch-bound, and an op issued late would start late). Every stream waits for
+        // its device's start event, recorded after the gate, so nothing runs before t0.
         // Ranks in other processes start together behind a one-element all-reduce.
+        let gate = Gate::close(self.gate);
         for (d, &t0) in self.t0.iter().enumerate() {
             if !self.is_local(d as u32) {
                 continue;
@@ -586,6 +623,7 @@ impl Loaded {
             self.bind(d as u32)?;
             let first = self.program.streams.iter().position(|&x| x as usize == d);
             let Some(first) = first else { continue };
+            self.launch_gate(d, self.streams[first])?;
             if self.local.is_some() {
                 // SAFETY: the barrier element and the communicator live as long as self.
                 unsafe {
@@ -675,7 +713,15 @@ impl Loaded {
                 } => self.nccl_pair(from, send_stream, src, to, recv_stream, dst, elems)?,
             }
         }
+        issued(self);
+        drop(gate);
         self.finish()?;
+        // SAFETY: the gate's second word, written by the gate kernels (finished now).
+        let gate_timed_out = unsafe {
+            let late = std::ptr::read_volatile(self.gate.add(1)) != 0;
+            std::ptr::write_volatile(self.gate.add(1), 0);
+            late
+        };
         let mut spans = Vec::with_capacity(self.marks.len());
         let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
         let span_dev = self.span_devices();
@@ -698,6 +744,7 @@ impl Loaded {
         Ok(Measured {
             spans,
             wall: if hi >= lo { hi - lo } else { 0.0 },
+            gate_timed_out,
         })
     }
 
@@ -1136,6 +1183,55 @@ impl Loaded {
     }
 }
 
+/// The start gate closed for one run; dropping it (after the last step is issued, or on
+/// an error on the way) opens it.
+struct Gate(*mut u32);
+
+impl Gate {
+    fn close(flag: *mut u32) -> Gate {
+        // SAFETY: the gate's pinned words live as long as the `Loaded` that owns them;
+        // no gate kernel runs between runs.
+        unsafe {
+            std::ptr::write_volatile(flag.add(1), 0);
+            std::ptr::write_volatile(flag, 0);
+        }
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        Gate(flag)
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        // SAFETY: as in `close`.
+        unsafe { std::ptr::write_volatile(self.0, 1) };
+    }
+}
+
+impl Loaded {
+    /// Launch the gate kernel on `stream` of device `d` (bound).
+    fn launch_gate(&self, d: usize, stream: drv::CUstream) -> Result<()> {
+        let mut flag: drv::CUdeviceptr = 0;
+        let mut timeout = GATE_TIMEOUT.as_nanos() as u64;
+        // SAFETY: the gate is mapped pinned memory (portable: valid in every context);
+        // the kernel takes a pointer and a u64.
+        unsafe {
+            drv::cuMemHostGetDevicePointer_v2(&mut flag, self.gate as *mut c_void, 0)
+                .result()
+                .map_err(drv_err("cuMemHostGetDevicePointer"))?;
+            cu::launch_kernel(
+                self.devs[d].f_gate,
+                (1, 1, 1),
+                (1, 1, 1),
+                0,
+                stream,
+                &mut [ptr_of(&mut flag), ptr_of(&mut timeout)],
+            )
+        }
+        .map_err(drv_err("cuLaunchKernel"))
+    }
+}
+
 fn ptr_of<T>(v: &mut T) -> *mut c_void {
     v as *mut T as *mut c_void
 }
@@ -1193,6 +1289,9 @@ impl Drop for Loaded {
                     let _ = self.bind(l.rank);
                 }
                 let _ = cu::free_sync(self.barrier);
+            }
+            if !self.gate.is_null() {
+                let _ = cu::free_host(self.gate as *mut c_void);
             }
             for d in &self.devs {
                 let _ = cu::ctx::set_current(d.ctx);
@@ -1622,6 +1721,38 @@ mod tests {
         let m = l.run().unwrap();
         let d = m.spans[0].1 - m.spans[0].0;
         assert!((2e-3..0.5).contains(&d), "a 2 ms sleep measured {d} s");
+    }
+
+    /// Nothing runs before every step is issued: with the host held after issuing, the
+    /// span's end has not happened; once the gate opens it does, and the gate did not
+    /// open by its timeout.
+    #[test]
+    fn the_start_gate_holds_the_gpu_until_every_step_is_issued() {
+        if !gpu_or_skip() {
+            return;
+        }
+        let l = Loaded::new(Program {
+            streams: vec![0],
+            spans: 1,
+            steps: timed_sleep(1_000),
+            ..Default::default()
+        })
+        .unwrap();
+        let mut ran_early = None;
+        let m = l
+            .run_gated(0..3, |l| {
+                std::thread::sleep(Duration::from_millis(20));
+                ran_early = Some(l.done(l.marks[0].1).unwrap());
+            })
+            .unwrap();
+        assert_eq!(
+            ran_early,
+            Some(false),
+            "the span ended before the gate opened"
+        );
+        assert!(!m.gate_timed_out);
+        let d = m.spans[0].1 - m.spans[0].0;
+        assert!((1e-6..5e-3).contains(&d), "a 1 µs sleep measured {d} s");
     }
 
     #[test]

@@ -239,6 +239,16 @@ extern "C" __global__ void sleep_ns(u64 ns) {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
     do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
 }
+// The start gate: one thread spins until the host opens it (flag[0] != 0), or until
+// `timeout_ns` has passed, which it notes in flag[1].
+extern "C" __global__ void gate_wait(volatile unsigned* flag, u64 timeout_ns) {
+    u64 t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    while (flag[0] == 0) {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        if (t - t0 > timeout_ns) { flag[1] = 1; break; }
+    }
+}
 extern "C" __global__ void fill_u16(u16* p, u64 n, u16 v) {
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) p[i] = v;
 }

@@ -557,6 +557,7 @@ pub(super) fn run(plan: &Plan, opts: &GpuOptions) -> Result<GpuRun, GpuError> {
         runs.push(m);
     }
     let makespans: Vec<f64> = runs.iter().map(|m| m.wall).collect();
+    let gate_timeouts = runs.iter().filter(|m| m.gate_timed_out).count() as u32;
     let mut order: Vec<usize> = (0..runs.len()).collect();
     order.sort_by(|&a, &b| makespans[a].total_cmp(&makespans[b]));
     let median = &runs[order[order.len() / 2]];
@@ -583,6 +584,7 @@ pub(super) fn run(plan: &Plan, opts: &GpuOptions) -> Result<GpuRun, GpuError> {
         makespans,
         rel_error,
         devices,
+        gate_timeouts,
     })
 }
 

@@ -155,6 +155,10 @@ pub struct GpuRun {
     /// checked (in a multi-process run, this process's rank only).
     pub rel_error: Option<f64>,
     pub devices: Vec<String>,
+    /// Timed repetitions whose start gate opened by its timeout (the host took longer
+    /// than the backend's `GATE_TIMEOUT` to issue the program): their first ops may have
+    /// started while later ones were still being issued.
+    pub gate_timeouts: u32,
 }
 
 /// Names of the visible GPUs (or why there are none).

@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # A second call on the lent single-H200 machine, on the checked-in calibration
 # (hardware-profiles/measured/h200-measured.toml, measured by scripts/device-h200.sh in an
-# earlier call): the compute-side validation runs again, to see how much prediction error
-# moves from one machine session to the next; and scripts/torch-reference.py on one
-# process (does it run here).
+# earlier call): the single-rank validation runs again (compute side, copy and NCCL
+# stand-ins), to see how much prediction error moves from one machine session to the next.
 #   Build and stage as for scripts/device-h200.sh; carry [".build-cuda"].
 set -uo pipefail
 R=/tmp/flashoverlap-repro
@@ -24,8 +23,19 @@ for w in ag-gemm gemm-rs mlp; do for tp in 2 4; do for b in 2 6; do
     --batch $b --seq 3072 --strategy $S --emulate-rank 0 --stand-in none --warmup 3 --repeats 10 \
     --out "$R/emu-none-qwen-$w-tp$tp-b$b" --force | tail -n 1
 done; done; done
+stamp "single-rank schedules, stand-in copy (copy engine, then NCCL)"
+for t in copy nccl; do for w in ag-gemm gemm-rs mlp; do for tp in 2 4 8; do
+  $B/flashoverlap run --hardware "$HW" --model llama-3-8b --workload $w --tp $tp --batch 10 \
+    --seq 3072 --strategy $S --emulate-rank 0 --stand-in copy --transport $t --warmup 3 \
+    --repeats 10 --out "$R/emu-$t-llama-$w-tp$tp-b10" --force | tail -n 1
+done; done; done
 $B/flashoverlap validate "$R"/emu-* --hardware "$HW" --out "$R/validate.json" --force | tail -n 2
-stamp "PyTorch reference on one process"
-/opt/torch/.venv/bin/python -m torch.distributed.run --nproc-per-node 1 \
-  scripts/torch-reference.py --tokens 8192 --warmup 2 --repeats 5 --out "$R/torch-tp1.json"
+# This machine's own calibration, after the runs: how much of the error moving between
+# sessions a fresh calibration takes back.
+stamp "calibrate this machine (own/)"
+mkdir -p "$R/own"
+$B/flashoverlap calibrate --base h200-sxm-8 --name h200-own --out "$R/own/h200-own.toml" \
+  --repeats 5 --force | tail -n 1
+[ -f "$R/own/h200-own.toml" ] && $B/flashoverlap validate "$R"/emu-* \
+  --hardware "$R/own/h200-own.toml" --out "$R/own/validate.json" --force | tail -n 2
 stamp done

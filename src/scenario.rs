@@ -253,6 +253,14 @@ pub struct InterferenceParams {
     pub gemm_slowdown_beside_reduction: f64,
     /// An elementwise kernel on a communication stream beside a GEMM.
     pub reduction_slowdown_beside_gemm: f64,
+    /// SM admission: a memory-bound kernel on a communication stream (a reduction or a
+    /// local copy; the GPU runs both on SMs) that becomes ready while a GEMM that started
+    /// earlier still fills every SM makes no progress until that GEMM's last, partial
+    /// wave leaves SMs idle (or it ends). Once running it keeps its SMs: beside a GEMM
+    /// that fills the GPU it runs `reduction_slowdown_beside_gemm` slower and slows the
+    /// GEMM by `gemm_slowdown_beside_reduction`. Off: such kernels run beside any GEMM
+    /// from the start at that slowdown (and copies count as other memory ops).
+    pub memory_ops_wait_for_gemm_sms: bool,
 }
 
 /// The shape of run-to-run jitter factors (each has mean 1).

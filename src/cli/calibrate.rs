@@ -216,7 +216,7 @@ pub fn profile(
     base_gpu: &GpuSpec,
     c: &Calibration,
     name: &str,
-) -> (HardwareFile, Fit) {
+) -> Result<(HardwareFile, Fit), CliError> {
     let fit = fit_gemm(base_gpu, c);
     let mut f = base.clone();
     f.name = name.to_string();
@@ -259,12 +259,23 @@ pub fn profile(
         memory_op_slowdown_beside_gemm: 1.0,
         gemm_slowdown_beside_reduction: None,
         reduction_slowdown_beside_gemm: None,
+        memory_ops_wait_for_gemm_sms: None,
     });
     i.gemm_slowdown_beside_transfer = slow(c.gemm_with_copy_s, c.gemm_alone_s);
     i.memory_op_slowdown_beside_gemm = slow(c.copy_with_gemm_s, c.copy_alone_s);
-    // Reductions beside GEMMs: the parameters that reproduce the measured chain.
+    // SM admission: the copy, issued beside the GEMM (which took the SMs first), ended
+    // after the GEMM did although it alone is far shorter: it waited for the GEMM's SMs.
+    // A copy engine, or a kernel that shares SMs, ends well inside the GEMM.
+    i.memory_ops_wait_for_gemm_sms = Some(memory_ops_wait(c));
+    // Reductions beside GEMMs: the parameters with which the simulator reproduces the
+    // measured chain.
     if let Some(rc) = &c.reductions {
         let (g, a) = rc.slowdowns();
+        i.gemm_slowdown_beside_reduction = Some(g);
+        i.reduction_slowdown_beside_gemm = Some(a);
+        f.interference = Some(i.clone());
+        let hw = config::validate::hardware_from_file(name, f.clone()).map_err(CliError::input)?;
+        let (g, a) = rc.fit_slowdowns(&hw).map_err(CliError::run)?;
         i.gemm_slowdown_beside_reduction = Some(g);
         i.reduction_slowdown_beside_gemm = Some(a);
     }
@@ -276,7 +287,13 @@ pub fn profile(
         let link_lat = f.topology.link_latency_us.unwrap_or(0.0);
         f.comm.message_latency_us = (p.copy_latency_s * 1e6 - link_lat).max(0.0);
     }
-    (f, fit)
+    Ok((f, fit))
+}
+
+/// Whether the calibration's copy waited for the GEMM beside it to free SMs: it ended
+/// after the GEMM although alone it takes less than the GEMM.
+pub fn memory_ops_wait(c: &Calibration) -> bool {
+    c.copy_alone_s < c.gemm_with_copy_s && c.copy_with_gemm_s > c.gemm_with_copy_s
 }
 
 pub fn run(a: Args) -> Result<(), CliError> {
@@ -324,7 +341,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
     if cal.gemms.is_empty() {
         return Err(CliError::input("the calibration has no GEMM samples"));
     }
-    let (file, fit) = profile(&base, &base_hw.gpu, &cal, &a.name);
+    let (file, fit) = profile(&base, &base_hw.gpu, &cal, &a.name)?;
     let out = a
         .out
         .clone()
@@ -351,7 +368,8 @@ pub fn run(a: Args) -> Result<(), CliError> {
          {protocol}\
          # Interference: an 8192^3 GEMM takes {gs:.3}x as long beside a copy loop\n\
          #   (interference.gemm_slowdown_beside_transfer); a 1 GiB copy takes {cs:.3}x\n\
-         #   beside the GEMM (interference.memory_op_slowdown_beside_gemm).\n",
+         #   beside the GEMM (interference.memory_op_slowdown_beside_gemm).\n\
+         {admission}",
         base = a.base,
         name = a.name,
         dev = cal.device,
@@ -365,18 +383,40 @@ pub fn run(a: Args) -> Result<(), CliError> {
         gs = gemm_slow,
         cs = copy_slow,
         protocol = protocol_note(&cal),
+        admission = if memory_ops_wait(&cal) {
+            format!(
+                "# The copy ({ca:.0} us alone), issued as the GEMM ({ga:.0} us) started, ended \
+                 {d:.0} us after it: it waited for\n#   the GEMM's SMs \
+                 (interference.memory_ops_wait_for_gemm_sms = true).\n",
+                ca = cal.copy_alone_s * 1e6,
+                ga = cal.gemm_with_copy_s * 1e6,
+                d = (cal.copy_with_gemm_s - cal.gemm_with_copy_s) * 1e6,
+            )
+        } else {
+            "# The copy ran beside the GEMM (interference.memory_ops_wait_for_gemm_sms = \
+             false).\n"
+                .to_string()
+        },
     );
     let header = match &cal.reductions {
         Some(rc) => {
-            let (g, a) = rc.slowdowns();
+            let i = file.interference.as_ref();
+            let g = i
+                .and_then(|i| i.gemm_slowdown_beside_reduction)
+                .unwrap_or(1.0);
+            let a = i
+                .and_then(|i| i.reduction_slowdown_beside_gemm)
+                .unwrap_or(1.0);
             let (m, n, k) = rc.chain_gemm;
             format!(
                 "{header}# Reductions beside GEMMs (a reduce-scatter chain's compute side: 8 \
                  {m}x{n}x{k} GEMMs, the add of\n#   each output on a second stream after it): \
                  per GEMM {ga:.1} us alone, {gc:.1} us in the chain; per add\n#   {aa:.1} us \
-                 alone, {ac:.1} us in the chain. Modelled as a GEMM {g:.3}x slower while an \
-                 add\n#   runs (interference.gemm_slowdown_beside_reduction) and an add {a:.3}x \
-                 slower beside a GEMM\n#   (interference.reduction_slowdown_beside_gemm).\n\
+                 alone, {ac:.1} us in the chain. The simulator reproduces that chain with a\n#   \
+                 GEMM {g:.3}x slower while an add runs \
+                 (interference.gemm_slowdown_beside_reduction) and an\n#   add {a:.3}x \
+                 slower beside a GEMM that fills the GPU \
+                 (interference.reduction_slowdown_beside_gemm).\n\
                  # An add on 8..96 CTAs of its own (GB/s): {sweep}.\n",
                 ga = rc.gemm_alone_s * 1e6,
                 gc = rc.gemm_in_chain_s * 1e6,

@@ -31,6 +31,10 @@ pub struct Args {
     /// Also write the JSON to this file.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// With `--hardware`: write the new predictions as DIR/<case>/predicted-<strategy>.json
+    /// (the run's schema, to plot beside its measured-*.json).
+    #[arg(long, requires = "hardware", value_name = "DIR")]
+    pub timelines: Option<PathBuf>,
     #[arg(long)]
     pub force: bool,
 }
@@ -52,6 +56,7 @@ pub fn compare_dir(
     dir: &Path,
     hardware: Option<&str>,
     interference: bool,
+    timelines: Option<(&Path, bool)>,
 ) -> Result<Vec<Comparison>, CliError> {
     let rf_path = dir.join("run.json");
     let text = std::fs::read_to_string(&rf_path)
@@ -128,7 +133,16 @@ pub fn compare_dir(
                 let hw = crate::exec::gpu::as_executed(&sc.hardware);
                 let r = simulate(&plan, &hw, &opts).map_err(CliError::run)?;
                 let peak = sc.hardware.gpu.peak(sc.dtype).unwrap_or(0.0);
-                Timeline::predicted(&case, &label, &plan, &sc.hardware.topology, &r, peak)
+                let t = Timeline::predicted(&case, &label, &plan, &sc.hardware.topology, &r, peak);
+                if let Some((root, force)) = timelines {
+                    let d = root.join(&case);
+                    std::fs::create_dir_all(&d)
+                        .map_err(|e| CliError::output(format!("{}: {e}", d.display())))?;
+                    let p = d.join(format!("predicted-{}.json", stem(&label)));
+                    write_atomic(&p, super::run::timeline_json(&t).as_bytes(), force)
+                        .map_err(CliError::output)?;
+                }
+                t
             }
             None => read_timeline(&dir.join(format!("predicted-{}.json", stem(&label))))?,
         };
@@ -145,7 +159,13 @@ pub fn compare_dir(
 pub fn run(a: Args) -> Result<(), CliError> {
     let mut all = Vec::new();
     for d in &a.dirs {
-        all.extend(compare_dir(d, a.hardware.as_deref(), !a.no_interference)?);
+        let tl = a.timelines.as_deref().map(|p| (p, a.force));
+        all.extend(compare_dir(
+            d,
+            a.hardware.as_deref(),
+            !a.no_interference,
+            tl,
+        )?);
     }
     let mut json = serde_json::to_string_pretty(&serde_json::json!({
         "version": 1,

@@ -84,6 +84,11 @@ pub struct InterferenceFile {
     /// Such a kernel's slowdown beside a GEMM; absent: `memory_op_slowdown_beside_gemm`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reduction_slowdown_beside_gemm: Option<f64>,
+    /// A memory-bound kernel on a communication stream (a reduction, a local copy) that
+    /// becomes ready while a GEMM holds every SM waits for the GEMM's last, partial wave;
+    /// absent: false (it runs beside the GEMM from the start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_ops_wait_for_gemm_sms: Option<bool>,
 }
 
 fn one_f() -> f64 {

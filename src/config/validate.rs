@@ -208,6 +208,7 @@ pub fn hardware_from_file(file: &str, h: HardwareFile) -> R<Hardware> {
                     i.reduction_slowdown_beside_gemm
                         .unwrap_or(i.memory_op_slowdown_beside_gemm),
                 )?,
+                memory_ops_wait_for_gemm_sms: i.memory_ops_wait_for_gemm_sms.unwrap_or(false),
             })
         }
     };

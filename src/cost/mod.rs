@@ -18,6 +18,8 @@ pub fn gemm_flops(m: u64, n: u64, k: u64) -> f64 {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GemmCost {
     pub tiles: u64,
+    /// Work units (tiles × split-K parts), one CTA each.
+    pub units: u64,
     pub waves: u64,
     pub compute: f64,
     pub memory: f64,
@@ -97,6 +99,26 @@ pub fn gemm_sm_slowdown(
     Ok(model_cost_on(gpu, sms, peak, m, n, k, dtype).total / full)
 }
 
+/// The fraction of a GEMM's time spent in its last wave when that wave leaves SMs idle
+/// (fewer work units than SMs left for it): from then on another kernel can get SMs. 0
+/// when every wave fills the GPU (SMs free up only as the GEMM ends); 1 when even the
+/// first wave leaves SMs idle.
+pub fn gemm_partial_tail(
+    gpu: &GpuSpec,
+    m: u64,
+    n: u64,
+    k: u64,
+    dtype: DType,
+) -> Result<f64, CostError> {
+    let c = model_cost(gpu, peak(gpu, dtype)?, m, n, k, dtype);
+    let sms = gpu.sm_count.max(1);
+    Ok(if c.waves == 0 || c.units % sms == 0 {
+        0.0
+    } else {
+        1.0 / c.waves as f64
+    })
+}
+
 fn model_cost_on(
     gpu: &GpuSpec,
     sms: u64,
@@ -109,6 +131,7 @@ fn model_cost_on(
     if m == 0 || n == 0 || k == 0 {
         return GemmCost {
             tiles: 0,
+            units: 0,
             waves: 0,
             compute: 0.0,
             memory: 0.0,
@@ -145,6 +168,7 @@ fn model_cost_on(
         let memory = (base_bytes + partials) / bw;
         let c = GemmCost {
             tiles,
+            units,
             waves,
             compute,
             memory,
@@ -322,6 +346,26 @@ mod tests {
                 launch: 0.0,
             },
         }
+    }
+
+    #[test]
+    fn a_partial_last_wave_frees_sms_for_its_share_of_the_time() {
+        let g = gpu();
+        // 132 tiles of 128×256: one full wave, no SM idle until the end.
+        assert_eq!(
+            gemm_partial_tail(&g, 128 * 12, 256 * 11, 4096, DType::Bf16).unwrap(),
+            0.0
+        );
+        // 133 tiles: the second of two waves holds one SM.
+        let t = gemm_partial_tail(&g, 133 * 128, 256, 4096, DType::Bf16).unwrap();
+        assert_eq!(t, 0.5);
+        // 7680 × 3584: 60 × 14 = 840 tiles, 6.36 waves → 7, the seventh partial.
+        let t = gemm_partial_tail(&g, 7680, 3584, 4096, DType::Bf16).unwrap();
+        assert!((t - 1.0 / 7.0).abs() < 1e-12, "{t}");
+        assert_eq!(
+            gemm_partial_tail(&g, 0, 3584, 4096, DType::Bf16).unwrap(),
+            0.0
+        );
     }
 
     #[test]

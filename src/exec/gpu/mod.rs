@@ -34,6 +34,8 @@ pub enum GpuError {
     Dtype(crate::scenario::DType),
     #[error(transparent)]
     Plan(#[from] PlanError),
+    #[error(transparent)]
+    Sim(#[from] crate::exec::sim::SimError),
     #[error("GPU: {0}")]
     Cuda(String),
     #[error("repeats must be at least 1")]
@@ -254,6 +256,150 @@ impl ReductionCalibration {
         let g = 1.0 + (self.gemm_in_chain_s / self.gemm_alone_s - 1.0) / phi;
         (ok(g), ok(self.add_in_chain_s / self.add_alone_s))
     }
+
+    /// The (`gemm_slowdown_beside_reduction`, `reduction_slowdown_beside_gemm`) with which
+    /// the simulator, on `hw` (its interference parameters otherwise as they are),
+    /// reproduces the chain's measured slowdowns: the same chain planned and simulated,
+    /// per GEMM and per add measured as `calibrate` measures them, each against its own
+    /// simulated time alone. Found by alternating bisections (an add's time rises with
+    /// its slowdown, a GEMM step's with the GEMM's); each is clamped to its range when
+    /// the target is out of reach. Needs SM admission to differ from
+    /// [`Self::slowdowns`], which assumes every add runs beside a GEMM throughout.
+    pub fn fit_slowdowns(&self, hw: &crate::scenario::Hardware) -> Result<(f64, f64), GpuError> {
+        use crate::exec::sim::SimError;
+        let Some(base) = hw.interference.clone() else {
+            return Ok(self.slowdowns());
+        };
+        let with = chain_plan(self.chain_gemm, CHAIN_STEPS, true)?;
+        let alone = chain_plan(self.chain_gemm, CHAIN_STEPS, false)?;
+        let measure = |g: f64, a: f64, adds: bool| {
+            chain_times(hw, &base, g, a, if adds { &with } else { &alone })
+        };
+        let gemm_alone = measure(1.0, 1.0, false)?.0;
+        let (m, n, _) = self.chain_gemm;
+        let add_alone = crate::cost::elementwise_time(
+            &hw.gpu,
+            crate::cost::add_traffic(m.saturating_mul(n).saturating_mul(2)),
+        );
+        let target_g = gemm_alone * self.gemm_in_chain_s / self.gemm_alone_s;
+        let target_a = add_alone * self.add_in_chain_s / self.add_alone_s;
+        if !(target_g.is_finite() && target_a.is_finite()) {
+            return Ok(self.slowdowns());
+        }
+        // A grid search (the chain's times need not be monotone in either parameter: an
+        // add that ends later can start its successor past a GEMM's full waves), then a
+        // finer one around the best point; ties go to the smaller slowdowns.
+        let err = |g: f64, a: f64| -> Result<f64, SimError> {
+            let (pg, pa) = measure(g, a, true)?;
+            Ok(((pg - target_g) / target_g).powi(2) + ((pa - target_a) / target_a).powi(2))
+        };
+        let mut best = (f64::INFINITY, 1.0, 1.0);
+        let (mut g_lo, mut g_hi, mut a_lo, mut a_hi) =
+            (1.0, MAX_GEMM_SLOWDOWN, 1.0, MAX_REDUCTION_SLOWDOWN);
+        for _ in 0..3 {
+            for i in 0..=24 {
+                let g = g_lo + (g_hi - g_lo) * i as f64 / 24.0;
+                for j in 0..=24 {
+                    let a = a_lo + (a_hi - a_lo) * j as f64 / 24.0;
+                    let e = err(g, a)?;
+                    if e < best.0 - 1e-12 {
+                        best = (e, g, a);
+                    }
+                }
+            }
+            let (dg, da) = ((g_hi - g_lo) / 12.0, (a_hi - a_lo) / 12.0);
+            g_lo = (best.1 - dg).max(1.0);
+            g_hi = (best.1 + dg).min(MAX_GEMM_SLOWDOWN);
+            a_lo = (best.2 - da).max(1.0);
+            a_hi = (best.2 + da).min(MAX_REDUCTION_SLOWDOWN);
+        }
+        let (_, g, a) = best;
+        Ok((g, a))
+    }
+}
+
+/// The chain `plan` simulated on `hw` with `params` but the two reduction slowdowns `g`,
+/// `a`: per GEMM (second start to last end over the steps between) and per add (mean of
+/// all but the last; 0 without adds), as `calibrate` measures them.
+fn chain_times(
+    hw: &crate::scenario::Hardware,
+    params: &crate::scenario::InterferenceParams,
+    g: f64,
+    a: f64,
+    (plan, gs, ads): &ChainPlan,
+) -> Result<(f64, f64), crate::exec::sim::SimError> {
+    let mut params = params.clone();
+    params.gemm_slowdown_beside_reduction = g;
+    params.reduction_slowdown_beside_gemm = a;
+    let opts = crate::exec::sim::SimOptions {
+        interference: Some(crate::exec::sim::Interference {
+            params,
+            transport: crate::scenario::Transport::CopyEngine,
+        }),
+        ..Default::default()
+    };
+    let r = crate::exec::sim::simulate(plan, hw, &opts)?;
+    let t = |op: crate::plan::OpId| r.times[op as usize];
+    let n = gs.len();
+    let per_gemm = (t(gs[n - 1]).end - t(gs[1]).start) / (n - 1) as f64;
+    let per_add = if ads.len() == n {
+        ads[..n - 1]
+            .iter()
+            .map(|&x| t(x).end - t(x).start)
+            .sum::<f64>()
+            / (n - 1) as f64
+    } else {
+        0.0
+    };
+    Ok((per_gemm, per_add))
+}
+
+/// Steps of the reduction chain `calibrate` times.
+pub const CHAIN_STEPS: usize = 8;
+const MAX_REDUCTION_SLOWDOWN: f64 = 20.0;
+const MAX_GEMM_SLOWDOWN: f64 = 3.0;
+
+/// The chain `calibrate` times, as a one-rank plan: `steps` GEMMs of `shape` on a compute
+/// stream and, with `adds`, after each the add of its output on a communication stream;
+/// with the plan, its GEMM ops and its add ops.
+type ChainPlan = (Plan, Vec<crate::plan::OpId>, Vec<crate::plan::OpId>);
+
+fn chain_plan(
+    (m, n, k): (u64, u64, u64),
+    steps: usize,
+    adds: bool,
+) -> Result<ChainPlan, PlanError> {
+    use crate::plan::{EltKind, OpKind, OpTag, PlanBuilder, StreamKind};
+    {
+        let mut b = PlanBuilder::new(1).without_dataflow();
+        b.site("chain");
+        let c = b.stream(0, "compute", StreamKind::Compute);
+        let s = b.stream(0, "reduce", StreamKind::Comm);
+        let (mut gs, mut ads) = (Vec::new(), Vec::new());
+        for step in 0..steps {
+            let t = OpTag {
+                site: 0,
+                step: step as u32,
+                slice: 0,
+            };
+            let gemm = OpKind::Gemm {
+                m,
+                n,
+                k,
+                dtype: crate::scenario::DType::Bf16,
+            };
+            let g = b.single(c, gemm, &[], t)?;
+            gs.push(g);
+            if adds {
+                let add = OpKind::Elementwise {
+                    kind: EltKind::Add,
+                    bytes: crate::cost::add_traffic(m.saturating_mul(n).saturating_mul(2)),
+                };
+                ads.push(b.single(s, add, &[g], t)?);
+            }
+        }
+        Ok((b.finish()?, gs, ads))
+    }
 }
 
 /// What `calibrate` measured on one GPU (bf16).
@@ -404,5 +550,60 @@ mod tests {
     #[test]
     fn without_the_feature_running_says_so() {
         assert_eq!(devices(), Err(GpuError::NotCompiled));
+    }
+}
+
+#[cfg(test)]
+mod chain_tests {
+    use super::*;
+
+    /// A chain simulated with known slowdowns, taken as a measurement: the fitted
+    /// slowdowns reproduce its per-GEMM and per-add times (the parameters themselves need
+    /// not come back: with SM admission an add's time in the chain is nearly the GEMM
+    /// period whatever its slowdown).
+    #[test]
+    fn fitted_reduction_slowdowns_reproduce_the_chain() {
+        let mut hw = crate::config::load_hardware("h200-sxm-8", None).unwrap();
+        for admission in [false, true] {
+            let base = hw.interference.as_mut().unwrap();
+            base.memory_ops_wait_for_gemm_sms = admission;
+            let base = base.clone();
+            let shape = (4096, 4096, 2048);
+            let with = chain_plan(shape, CHAIN_STEPS, true).unwrap();
+            let alone = chain_plan(shape, CHAIN_STEPS, false).unwrap();
+            let (g_alone, _) = chain_times(&hw, &base, 1.0, 1.0, &alone).unwrap();
+            let (g_in, a_in) = chain_times(&hw, &base, 1.3, 4.0, &with).unwrap();
+            let add_alone =
+                crate::cost::elementwise_time(&hw.gpu, crate::cost::add_traffic(4096 * 4096 * 2));
+            assert!(
+                g_in > 1.02 * g_alone && a_in > 1.5 * add_alone,
+                "{g_in} {a_in}"
+            );
+            let rc = ReductionCalibration {
+                sweep: Vec::new(),
+                chain_gemm: shape,
+                gemm_alone_s: g_alone,
+                gemm_in_chain_s: g_in,
+                add_alone_s: add_alone,
+                add_in_chain_s: a_in,
+            };
+            let (g, a) = rc.fit_slowdowns(&hw).unwrap();
+            let (fg, fa) = chain_times(&hw, &base, g, a, &with).unwrap();
+            assert!(
+                (fg / g_in - 1.0).abs() < 0.005,
+                "{admission}: GEMM {fg} vs {g_in} ({g}, {a})"
+            );
+            assert!(
+                (fa / a_in - 1.0).abs() < 0.01,
+                "{admission}: add {fa} vs {a_in} ({g}, {a})"
+            );
+            if !admission {
+                // Without admission the times are monotone in each slowdown: they come back.
+                assert!(
+                    (g - 1.3).abs() < 0.02 && (a - 4.0).abs() < 0.1,
+                    "({g}, {a})"
+                );
+            }
+        }
     }
 }

@@ -14,6 +14,15 @@
 //!   direct and permute-loop chains) runs `reduction_slowdown_beside_gemm` slower beside a
 //!   GEMM, and a GEMM runs `gemm_slowdown_beside_reduction` slower while one runs.
 //!
+//! With `memory_ops_wait_for_gemm_sms` (SM admission), copies on communication streams
+//! join the reductions as *side ops*, and a side op that starts while a GEMM that started
+//! earlier still fills every SM (before that GEMM's last, partial wave:
+//! [`cost::gemm_partial_tail`]) is *blocked*: it makes no progress until no running GEMM
+//! fills the GPU. Once admitted it keeps its SMs; it runs at the reduction slowdown while a
+//! GEMM fills the GPU beside it and at full rate beside a GEMM's partial last wave. Each
+//! GEMM then also gets a *tail* event at its last wave's start, where blocked ops are
+//! admitted.
+//!
 //! Whenever a count changes, every running op of that rank whose factor changed keeps the
 //! work it has done (a fraction of its cost-model time), takes the new factor, and gets a
 //! new completion event; the old one is recognised as stale by its version.
@@ -32,6 +41,8 @@ struct Progress {
     factor: f64,
     /// When `left` and `factor` were last brought up to date.
     since: f64,
+    /// When the op started.
+    started: f64,
     version: u32,
 }
 
@@ -40,22 +51,30 @@ pub(super) struct InterferenceState {
     posted: Vec<u32>,
     moving: Vec<u32>,
     gemms: Vec<u32>,
-    /// Per rank, reductions (elementwise ops on communication streams) running.
+    /// Per rank, side ops running and admitted.
     reductions: Vec<u32>,
-    /// Per op: it is a reduction.
+    /// Per op: it is a side op (a reduction; with SM admission also a copy on a
+    /// communication stream).
     is_reduction: Vec<bool>,
+    /// Per op: a running side op holds SMs (always, without SM admission).
+    admitted: Vec<bool>,
+    /// Per GEMM: the fraction of its time in a last wave that leaves SMs idle (NaN until
+    /// computed).
+    tail: Vec<f64>,
     running: Vec<Vec<OpId>>,
     progress: Vec<Progress>,
     /// GEMM SM slowdowns by (shape, SMs left).
     sm_cache: BTreeMap<(u64, u64, u64, usize, u64), f64>,
 }
 
-/// A completion to (re)schedule: op, time, version.
-pub(super) type Reschedule = (OpId, f64, u32);
+/// An event to (re)schedule: op, time, version, and whether it is a GEMM's tail (the
+/// start of its last, partial wave) rather than the op's completion.
+pub(super) type Reschedule = (OpId, f64, u32, bool);
 
 impl InterferenceState {
     pub fn new(model: Interference, plan: &Plan) -> InterferenceState {
         let (ranks, ops) = (plan.ranks as usize, plan.op_count());
+        let admission = model.params.memory_ops_wait_for_gemm_sms;
         InterferenceState {
             model,
             posted: vec![0; ranks],
@@ -66,16 +85,23 @@ impl InterferenceState {
                 .ops
                 .iter()
                 .map(|o| {
-                    matches!(o.kind, OpKind::Elementwise { .. })
-                        && plan.streams[o.stream as usize].kind == StreamKind::Comm
+                    let side = match o.kind {
+                        OpKind::Elementwise { .. } => true,
+                        OpKind::Copy { .. } => admission,
+                        _ => false,
+                    };
+                    side && plan.streams[o.stream as usize].kind == StreamKind::Comm
                 })
                 .collect(),
+            admitted: vec![false; ops],
+            tail: vec![f64::NAN; ops],
             running: vec![Vec::new(); ranks],
             progress: vec![
                 Progress {
                     left: 1.0,
                     factor: 1.0,
                     since: 0.0,
+                    started: 0.0,
                     version: 0,
                 };
                 ops
@@ -99,13 +125,19 @@ impl InterferenceState {
         if matches!(o.kind, OpKind::Gemm { .. }) {
             self.gemms[r] += 1;
         }
-        if self.is_reduction[op as usize] {
+        // Without SM admission a side op holds SMs from its start; with it, the next
+        // refresh decides.
+        let admitted =
+            self.is_reduction[op as usize] && !self.model.params.memory_ops_wait_for_gemm_sms;
+        self.admitted[op as usize] = admitted;
+        if admitted {
             self.reductions[r] += 1;
         }
         self.running[r].push(op);
         let p = &mut self.progress[op as usize];
         p.left = 1.0;
         p.since = now;
+        p.started = now;
         // NaN: not yet scheduled, so the next refresh schedules it whatever its factor.
         p.factor = f64::NAN;
     }
@@ -116,7 +148,8 @@ impl InterferenceState {
         if matches!(o.kind, OpKind::Gemm { .. }) {
             self.gemms[r] -= 1;
         }
-        if self.is_reduction[op as usize] {
+        if self.admitted[op as usize] {
+            self.admitted[op as usize] = false;
             self.reductions[r] -= 1;
         }
         if let Some(i) = self.running[r].iter().position(|&x| x == op) {
@@ -136,9 +169,93 @@ impl InterferenceState {
         *c = c.saturating_add_signed(delta);
     }
 
-    fn factor(&mut self, gpu: &GpuSpec, plan: &Plan, op: OpId) -> Result<f64, CostError> {
+    /// Whether GEMM `op` (running) fills every SM at `now`: it has not reached its last,
+    /// partial wave. `d`: its cost-model duration.
+    fn fills_sms(
+        &mut self,
+        gpu: &GpuSpec,
+        plan: &Plan,
+        op: OpId,
+        now: f64,
+        d: f64,
+    ) -> Result<bool, CostError> {
+        let i = op as usize;
+        let tail = self.tail_of(gpu, plan, op)?;
+        let p = &self.progress[i];
+        let left = if p.factor.is_finite() && d > 0.0 {
+            p.left - (now - p.since) / (d * p.factor)
+        } else {
+            p.left
+        };
+        Ok(left > tail + 1e-9)
+    }
+
+    /// [`cost::gemm_partial_tail`] of GEMM `op` (1 for any other op), cached.
+    fn tail_of(&mut self, gpu: &GpuSpec, plan: &Plan, op: OpId) -> Result<f64, CostError> {
+        let i = op as usize;
+        if self.tail[i].is_nan() {
+            self.tail[i] = match plan.ops[i].kind {
+                OpKind::Gemm { m, n, k, dtype } => cost::gemm_partial_tail(gpu, m, n, k, dtype)?,
+                _ => 1.0,
+            };
+        }
+        Ok(self.tail[i])
+    }
+
+    /// With SM admission, whether a GEMM of `rank` that started before `since` still
+    /// fills every SM at `now` (`since = now`: any GEMM that started earlier).
+    fn blocked(
+        &mut self,
+        gpu: &GpuSpec,
+        plan: &Plan,
+        rank: usize,
+        now: f64,
+        base: &impl Fn(OpId) -> f64,
+    ) -> Result<bool, CostError> {
+        for i in 0..self.running[rank].len() {
+            let g = self.running[rank][i];
+            if matches!(plan.ops[g as usize].kind, OpKind::Gemm { .. })
+                && self.progress[g as usize].started <= now
+                && self.fills_sms(gpu, plan, g, now, base(g))?
+            {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    fn factor(
+        &mut self,
+        gpu: &GpuSpec,
+        plan: &Plan,
+        op: OpId,
+        now: f64,
+        base: &impl Fn(OpId) -> f64,
+    ) -> Result<f64, CostError> {
         let o = &plan.ops[op as usize];
         let r = o.rank as usize;
+        let admission = self.model.params.memory_ops_wait_for_gemm_sms;
+        if admission && self.is_reduction[op as usize] {
+            if !self.admitted[op as usize] {
+                return Ok(f64::INFINITY);
+            }
+            // Slowed only beside a GEMM that fills the GPU.
+            let mut full = false;
+            for i in 0..self.running[r].len() {
+                let g = self.running[r][i];
+                if matches!(plan.ops[g as usize].kind, OpKind::Gemm { .. })
+                    && self.fills_sms(gpu, plan, g, now, base(g))?
+                {
+                    full = true;
+                    break;
+                }
+            }
+            return Ok(if full {
+                self.model.params.reduction_slowdown_beside_gemm
+            } else {
+                1.0
+            });
+        }
         let p = &self.model.params;
         Ok(match o.kind {
             OpKind::Gemm { m, n, k, dtype } => {
@@ -189,10 +306,43 @@ impl InterferenceState {
         out: &mut Vec<Reschedule>,
     ) -> Result<(), CostError> {
         let r = rank as usize;
+        let admission = self.model.params.memory_ops_wait_for_gemm_sms;
+        if admission {
+            for i in 0..self.running[r].len() {
+                let op = self.running[r][i];
+                self.tail_of(gpu, plan, op)?;
+            }
+            // Blocked side ops get SMs once no GEMM that started no later than now fills
+            // the GPU. One admitted at this very instant is decided again: a GEMM that
+            // starts at the same time (processed after it) takes the SMs first.
+            for i in 0..self.running[r].len() {
+                let op = self.running[r][i];
+                let o = op as usize;
+                if !self.is_reduction[o] || (self.admitted[o] && self.progress[o].started < now) {
+                    continue;
+                }
+                let admit = !self.blocked(gpu, plan, r, now, &base)?;
+                if admit != self.admitted[o] {
+                    self.admitted[o] = admit;
+                    if admit {
+                        self.reductions[r] += 1;
+                    } else {
+                        self.reductions[r] -= 1;
+                    }
+                }
+            }
+        }
+        // Factors first (they read the other ops' progress as it stands), then re-rate.
+        let mut factors = Vec::with_capacity(self.running[r].len());
         for i in 0..self.running[r].len() {
             let op = self.running[r][i];
-            let f = self.factor(gpu, plan, op)?;
+            factors.push(self.factor(gpu, plan, op, now, &base)?);
+        }
+        for (i, f) in factors.into_iter().enumerate() {
+            let op = self.running[r][i];
             let d = base(op);
+            let is_gemm = matches!(plan.ops[op as usize].kind, OpKind::Gemm { .. });
+            let tail = self.tail[op as usize];
             let p = &mut self.progress[op as usize];
             if p.factor == f {
                 continue;
@@ -203,7 +353,12 @@ impl InterferenceState {
             p.since = now;
             p.factor = f;
             p.version = p.version.wrapping_add(1);
-            out.push((op, now + p.left * d * f, p.version));
+            if f.is_finite() {
+                out.push((op, now + p.left * d * f, p.version, false));
+                if admission && is_gemm && tail > 0.0 && p.left > tail + 1e-9 {
+                    out.push((op, now + (p.left - tail) * d * f, p.version, true));
+                }
+            }
         }
         Ok(())
     }

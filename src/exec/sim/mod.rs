@@ -157,6 +157,9 @@ enum Ev {
     /// A compute op's completion under interference, with the version it was scheduled
     /// at (stale once the op's rate changed).
     ComputeDone(OpId, u32),
+    /// A GEMM reached its last, partial wave (SM admission), with the version it was
+    /// scheduled at.
+    GemmTail(OpId, u32),
     FlowStart(u32),
     FlowDone(u32, u32),
 }
@@ -407,8 +410,13 @@ impl<'p> Engine<'p> {
             |op| times[op as usize].end,
             &mut out,
         )?;
-        for &(op, at, v) in &out {
-            self.schedule(at, Ev::ComputeDone(op, v), op)?;
+        for &(op, at, v, tail) in &out {
+            let ev = if tail {
+                Ev::GemmTail(op, v)
+            } else {
+                Ev::ComputeDone(op, v)
+            };
+            self.schedule(at, ev, op)?;
         }
         out.clear();
         self.resched = out;
@@ -452,6 +460,12 @@ impl<'p> Engine<'p> {
                         let rank = self.plan.ops[op as usize].rank;
                         self.op_done(op)?;
                         self.refresh(rank)?;
+                    }
+                }
+                Ev::GemmTail(op, v) => {
+                    let st = self.interference.as_mut().expect("interference on");
+                    if st.current(op, v) {
+                        self.refresh(self.plan.ops[op as usize].rank)?;
                     }
                 }
                 Ev::FlowStart(f) => self.flow_start(f)?,

@@ -656,9 +656,130 @@ fn model(transport: Transport, ctas: u64, gemm_slow: f64, mem_slow: f64) -> Opti
             memory_op_slowdown_beside_gemm: mem_slow,
             gemm_slowdown_beside_reduction: 1.0,
             reduction_slowdown_beside_gemm: mem_slow,
+            memory_ops_wait_for_gemm_sms: false,
         },
         transport,
     })
+}
+
+/// SM admission: one GEMM of 7 waves (the last partial) on the compute stream, a copy on
+/// a communication stream that becomes ready at `ready` (after a delay op on its stream)
+/// or at once. Returns (GEMM end, copy start, copy end) and the GEMM's and copy's times
+/// alone.
+fn admission_case(ready: Option<f64>, g: f64, a: f64) -> ((f64, f64, f64), f64, f64) {
+    let hw = config::load_hardware("h100-sxm-8", None).unwrap();
+    let t = OpTag {
+        site: 0,
+        step: 0,
+        slice: 0,
+    };
+    // 7680 × 3584 in 128 × 256 tiles: 840 tiles on 132 SMs, 6.36 waves → 7.
+    let (m, n, k) = (7680, 3584, 4096);
+    let bytes = 20_000_000u64;
+    let mut b = PlanBuilder::new(1);
+    b.site("x");
+    let c0 = b.stream(0, "compute", StreamKind::Compute);
+    let s0 = b.stream(0, "side", StreamKind::Comm);
+    let dtype = crate::scenario::DType::Bf16;
+    let g_op = b
+        .single(c0, OpKind::Gemm { m, n, k, dtype }, &[], t)
+        .unwrap();
+    let mut deps = Vec::new();
+    if let Some(at) = ready {
+        // The copy waits for an op of that length on a stream of its own.
+        let s1 = b.stream(0, "delay", StreamKind::Compute);
+        let bytes = ((at - hw.gpu.elementwise.launch)
+            * hw.gpu.hbm_bandwidth
+            * hw.gpu.elementwise.efficiency) as u64;
+        let kind = crate::plan::EltKind::Activation;
+        deps.push(
+            b.single(s1, OpKind::Elementwise { kind, bytes }, &[], t)
+                .unwrap(),
+        );
+    }
+    let cp = b.single(s0, OpKind::Copy { bytes }, &deps, t).unwrap();
+    let plan = b.finish().unwrap();
+    let mut i = model(Transport::CopyEngine, 8, 1.0, 1.0).unwrap();
+    i.params.gemm_slowdown_beside_reduction = g;
+    i.params.reduction_slowdown_beside_gemm = a;
+    i.params.memory_ops_wait_for_gemm_sms = true;
+    let opts = SimOptions {
+        interference: Some(i),
+        ..SimOptions::default()
+    };
+    let r = simulate(&plan, &hw, &opts).unwrap();
+    let (gt, ct) = (r.times[g_op as usize], r.times[cp as usize]);
+    let gd = gemm_time(&hw.gpu, m, n, k, dtype).unwrap();
+    let cd = elementwise_time(&hw.gpu, bytes * 2);
+    assert_eq!(
+        crate::cost::gemm_partial_tail(&hw.gpu, m, n, k, dtype).unwrap(),
+        1.0 / 7.0
+    );
+    ((gt.end, ct.start, ct.end), gd, cd)
+}
+
+/// A copy that becomes ready while a GEMM fills every SM makes no progress until the
+/// GEMM's last, partial wave (6/7 of its time), then runs at full rate while the GEMM's
+/// tail runs `g` slower: copy end = 6G/7 + C; GEMM end = 6G/7 + C + (G/7 − C/g).
+#[test]
+fn a_side_copy_waits_for_the_gemms_last_wave() {
+    let ((g_end, c_start, c_end), gd, cd) = admission_case(Some(20e-6), 1.25, 4.0);
+    assert!(cd < gd / 7.0, "the copy fits in the tail");
+    close(c_start, 20e-6, "copy ready");
+    close(c_end, 6.0 * gd / 7.0 + cd, "copy end");
+    close(
+        g_end,
+        6.0 * gd / 7.0 + cd + (gd / 7.0 - cd / 1.25),
+        "GEMM end",
+    );
+}
+
+/// A copy that becomes ready at the same instant as the GEMM waits too (the GEMM takes
+/// the SMs first); without SM admission it runs beside the GEMM from the start (at the
+/// memory-op slowdown, 1 here) and ends long before the GEMM's tail.
+#[test]
+fn a_side_copy_ready_with_the_gemm_waits_and_without_admission_does_not() {
+    let ((_, c_start, c_end), gd, cd) = admission_case(None, 1.0, 4.0);
+    close(c_start, 0.0, "copy start");
+    close(c_end, 6.0 * gd / 7.0 + cd, "copy end");
+    // The same plan without admission: the copy is an ordinary memory op.
+    let hw = config::load_hardware("h100-sxm-8", None).unwrap();
+    let mut b = PlanBuilder::new(1);
+    b.site("x");
+    let t = OpTag {
+        site: 0,
+        step: 0,
+        slice: 0,
+    };
+    let c0 = b.stream(0, "compute", StreamKind::Compute);
+    let s0 = b.stream(0, "side", StreamKind::Comm);
+    let dtype = crate::scenario::DType::Bf16;
+    b.single(
+        c0,
+        OpKind::Gemm {
+            m: 7680,
+            n: 3584,
+            k: 4096,
+            dtype,
+        },
+        &[],
+        t,
+    )
+    .unwrap();
+    let cp = b
+        .single(s0, OpKind::Copy { bytes: 20_000_000 }, &[], t)
+        .unwrap();
+    let plan = b.finish().unwrap();
+    let opts = SimOptions {
+        interference: model(Transport::CopyEngine, 8, 1.0, 1.0),
+        ..SimOptions::default()
+    };
+    let r = simulate(&plan, &hw, &opts).unwrap();
+    close(
+        r.times[cp as usize].end,
+        cd,
+        "copy beside the GEMM, no admission",
+    );
 }
 
 /// A reduction (an add on a comm stream) beside a GEMM: the add runs `s` slower until it

@@ -44,6 +44,10 @@ pub struct Comparison {
     /// Spread of the measured makespan over the run's repetitions: (p90 − p10) / median,
     /// when the run recorded them.
     pub measured_spread_pct: Option<f64>,
+    /// Measured makespan over the same kernels run back to back (no per-op events or
+    /// waits), minus one, when the run timed that baseline (one rank on one GPU).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub executor_overhead_pct: Option<f64>,
 }
 
 /// (p90 − p10) / median of `v` in percent (nearest rank); `None` for fewer than 2.
@@ -152,6 +156,7 @@ pub fn compare(predicted: &Timeline, measured: &Timeline) -> Result<Comparison, 
             0.0
         },
         measured_spread_pct: None,
+        executor_overhead_pct: None,
     })
 }
 

@@ -204,6 +204,8 @@ pub struct Measured {
     pub makespans: Vec<f64>,
     /// Repetitions whose start gate opened by its timeout (see `GpuRun::gate_timeouts`).
     pub gate_timeouts: u32,
+    /// See `GpuRun::back_to_back`.
+    pub back_to_back: Option<f64>,
     /// One GPU per rank, so the measured timeline is comparable with the prediction
     /// (ranks sharing a GPU serialize what the prediction runs in parallel).
     pub comparable: bool,
@@ -261,6 +263,18 @@ pub fn measure(
             r.makespans.iter().cloned().fold(0.0, f64::max) * 1e6,
             r.devices.join(", ")
         );
+        if let Some(b) = r.back_to_back {
+            let med = {
+                let mut v = r.makespans.clone();
+                v.sort_by(f64::total_cmp);
+                v[v.len() / 2]
+            };
+            eprintln!(
+                "{name}: the same kernels back to back {:.1} µs (executor overhead {:+.2}%)",
+                b * 1e6,
+                (med / b - 1.0) * 100.0
+            );
+        }
         if r.gate_timeouts > 0 {
             eprintln!(
                 "warning: {name}: in {} of {} repetitions the start gate opened by its \
@@ -276,6 +290,7 @@ pub fn measure(
             rel_error: r.rel_error,
             makespans: r.makespans,
             gate_timeouts: r.gate_timeouts,
+            back_to_back: r.back_to_back,
             comparable: r.devices.len() as u64 >= u64::from(plan.ranks),
         });
     }
@@ -389,6 +404,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
                     "rel_error": m.rel_error,
                     "repeat_makespans_us": m.makespans.iter().map(|x| x * 1e6).collect::<Vec<_>>(),
                     "gate_timeouts": m.gate_timeouts,
+                    "back_to_back_us": m.back_to_back.map(|b| b * 1e6),
                 })
             })
             .collect();

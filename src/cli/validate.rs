@@ -107,20 +107,28 @@ pub fn compare_dir(
         )),
         _ => None,
     };
-    // Each strategy's repeated makespans, when the run recorded them (results.json).
-    let repeats: std::collections::BTreeMap<String, Vec<f64>> =
-        std::fs::read_to_string(dir.join("results.json"))
-            .ok()
-            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-            .and_then(|v| v.get("results").and_then(|r| r.as_array()).cloned())
-            .unwrap_or_default()
-            .iter()
-            .filter_map(|r| {
-                let s = r.get("strategy")?.as_str()?.to_string();
-                let v = r.get("repeat_makespans_us")?.as_array()?;
-                Some((s, v.iter().filter_map(|x| x.as_f64()).collect()))
-            })
-            .collect();
+    // Each strategy's repeated makespans and back-to-back baseline, when the run
+    // recorded them (results.json).
+    let results: Vec<serde_json::Value> = std::fs::read_to_string(dir.join("results.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| v.get("results").and_then(|r| r.as_array()).cloned())
+        .unwrap_or_default();
+    let repeats: std::collections::BTreeMap<String, Vec<f64>> = results
+        .iter()
+        .filter_map(|r| {
+            let s = r.get("strategy")?.as_str()?.to_string();
+            let v = r.get("repeat_makespans_us")?.as_array()?;
+            Some((s, v.iter().filter_map(|x| x.as_f64()).collect()))
+        })
+        .collect();
+    let back_to_back: std::collections::BTreeMap<String, f64> = results
+        .iter()
+        .filter_map(|r| {
+            let s = r.get("strategy")?.as_str()?.to_string();
+            Some((s, r.get("back_to_back_us")?.as_f64()?))
+        })
+        .collect();
     for name in &rf.scenario.strategies {
         let strategy = crate::scenario::Strategy::parse(name).map_err(CliError::input)?;
         let label = strategy.to_string();
@@ -151,6 +159,10 @@ pub fn compare_dir(
         c.measured_spread_pct = repeats
             .get(&label)
             .and_then(|v| crate::validate::spread_pct(v));
+        c.executor_overhead_pct = back_to_back
+            .get(&label)
+            .filter(|b| **b > 0.0)
+            .map(|b| (c.measured_makespan_us / b - 1.0) * 100.0);
         out.push(c);
     }
     Ok(out)

@@ -490,6 +490,60 @@ pub(super) fn add_heater(p: &mut fc::Program, gemms: u32) {
     }
 }
 
+/// The kernels of `p` back to back: every kernel launch of its steps, in issue order, on
+/// its first stream, one span around them all (no per-op events, no waits). Transfers
+/// (NCCL steps) are left out. `None` when `p` has no kernel.
+pub(super) fn back_to_back(p: &fc::Program) -> Option<fc::Program> {
+    let first = *p.streams.first()?;
+    let mut q = fc::Program {
+        streams: vec![first],
+        buffers: p.buffers.clone(),
+        events: 0,
+        spans: 1,
+        nccl: Vec::new(),
+        preamble: p
+            .preamble
+            .iter()
+            .filter_map(|s| match *s {
+                fc::Step::Launch { stream: 0, kernel } => Some(fc::Step::Launch { stream: 0, kernel }),
+                _ => None,
+            })
+            .collect(),
+        ..p.clone()
+    };
+    let mark = |end| fc::Step::Mark {
+        stream: 0,
+        span: 0,
+        end,
+    };
+    q.steps = vec![mark(false)];
+    q.steps.extend(p.steps.iter().filter_map(|s| match *s {
+        fc::Step::Launch { kernel, .. } => Some(fc::Step::Launch { stream: 0, kernel }),
+        _ => None,
+    }));
+    if q.steps.len() == 1 {
+        return None;
+    }
+    q.steps.push(mark(true));
+    Some(q)
+}
+
+/// Median over `repeats` timed runs (after `warmup`) of `p`'s one span, seconds.
+fn time_back_to_back(p: fc::Program, opts: &GpuOptions) -> Result<f64, GpuError> {
+    let l = fc::Loaded::new(p).map_err(cuda)?;
+    l.initialise().map_err(cuda)?;
+    for _ in 0..opts.warmup.max(1) {
+        l.run().map_err(cuda)?;
+    }
+    let mut v = Vec::with_capacity(opts.repeats as usize);
+    for _ in 0..opts.repeats.max(1) {
+        let m = l.run().map_err(cuda)?;
+        v.push(m.spans[0].1 - m.spans[0].0);
+    }
+    v.sort_by(f64::total_cmp);
+    Ok(v[v.len() / 2])
+}
+
 pub(super) fn run(plan: &Plan, opts: &GpuOptions) -> Result<GpuRun, GpuError> {
     let infos = fc::probe().map_err(cuda)?;
     let visible = infos.len() as u32;
@@ -556,6 +610,14 @@ pub(super) fn run(plan: &Plan, opts: &GpuOptions) -> Result<GpuRun, GpuError> {
         }
         runs.push(m);
     }
+    // One GPU, one rank: the same kernels back to back, the executor's overhead baseline.
+    let back_to_back = match (plan.ranks, opts.process, back_to_back(&low.program)) {
+        (1, None, Some(p)) => {
+            drop(loaded);
+            Some(time_back_to_back(p, opts)?)
+        }
+        _ => None,
+    };
     let makespans: Vec<f64> = runs.iter().map(|m| m.wall).collect();
     let gate_timeouts = runs.iter().filter(|m| m.gate_timed_out).count() as u32;
     let mut order: Vec<usize> = (0..runs.len()).collect();
@@ -585,6 +647,7 @@ pub(super) fn run(plan: &Plan, opts: &GpuOptions) -> Result<GpuRun, GpuError> {
         rel_error,
         devices,
         gate_timeouts,
+        back_to_back,
     })
 }
 
@@ -593,6 +656,37 @@ mod tests {
     use super::*;
     use crate::config;
     use crate::scenario::{Strategy, Workload};
+
+    /// The back-to-back baseline of an emulated rank: its kernels in issue order on one
+    /// stream, one span around them, no waits or events, the heater kept; valid for the
+    /// executor.
+    #[test]
+    fn the_back_to_back_baseline_is_the_same_kernels_on_one_stream() {
+        let mut sc = config::load_scenario("default").unwrap();
+        sc.batch = 1;
+        sc.seq = 1024;
+        let plan = crate::strategy::build(&sc, Workload::GemmRs, Strategy::Flash).unwrap();
+        let one = crate::plan::emulate_rank(&plan, 0, crate::plan::StandIn::Nothing).unwrap();
+        let mut low = lower(&one, 1, Transport::CopyEngine).unwrap();
+        add_heater(&mut low.program, 2);
+        let b = back_to_back(&low.program).unwrap();
+        fc::check(&b).unwrap();
+        let kernels = |p: &fc::Program| -> Vec<fc::Kernel> {
+            p.steps
+                .iter()
+                .filter_map(|s| match *s {
+                    fc::Step::Launch { kernel, .. } => Some(kernel),
+                    _ => None,
+                })
+                .collect()
+        };
+        assert_eq!(kernels(&b), kernels(&low.program));
+        assert!(kernels(&b).len() > one.op_count() / 2, "GEMMs and adds");
+        assert_eq!((b.streams.len(), b.spans, b.events), (1, 1, 0));
+        assert_eq!(b.steps.len(), kernels(&b).len() + 2);
+        assert_eq!(b.preamble.len(), 2);
+        assert!(b.nccl.is_empty());
+    }
 
     /// Every strategy and workload lowers to a program that passes the executor's checks,
     /// waits only on events recorded earlier in issue order, and times every op.

@@ -161,6 +161,10 @@ pub struct GpuRun {
     /// than the backend's `GATE_TIMEOUT` to issue the program): their first ops may have
     /// started while later ones were still being issued.
     pub gate_timeouts: u32,
+    /// One rank on one GPU: the median time of the same kernels issued back to back on
+    /// one stream with no per-op events or waits (the baseline of the executor's
+    /// overhead), seconds.
+    pub back_to_back: Option<f64>,
 }
 
 /// Names of the visible GPUs (or why there are none).

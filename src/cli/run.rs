@@ -56,6 +56,11 @@ pub struct Args {
     /// waited (0: no watchdog).
     #[arg(long, default_value_t = 60.0)]
     pub watchdog_s: f64,
+    /// One rank on one GPU: also time the same kernels back to back on one stream (no
+    /// per-op events or waits), each repetition beside one of the schedule's, and report
+    /// the executor's overhead against them.
+    #[arg(long)]
+    pub back_to_back: bool,
     /// Multi-process mode (with `--transport nccl`): this process runs rank `--rank` of
     /// `--world` (the plan's rank count) on local GPU `--local-device`; every process is
     /// started with the same arguments but its rank. Rank 0 writes the outputs.
@@ -337,6 +342,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
         watchdog: (a.watchdog_s > 0.0).then_some(a.watchdog_s),
         process: None,
         heat_ms: a.heat_ms,
+        back_to_back: a.back_to_back,
     };
     let mut opts = opts;
     let ids = match process_rank(&a, sc.strategies.len())? {

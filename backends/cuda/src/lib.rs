@@ -234,6 +234,8 @@ pub struct Loaded {
     handles: Vec<Option<cublas::cublasHandle_t>>,
     events: Vec<drv::CUevent>,
     marks: Vec<(drv::CUevent, drv::CUevent)>,
+    /// Per span: the span whose end event is also its start (`Program::shared_boundaries`).
+    starts_at: Vec<Option<u32>>,
     t0: Vec<drv::CUevent>,
     /// One event per stream, recorded after the last step: the watchdog polls them.
     fences: Vec<drv::CUevent>,
@@ -340,6 +342,7 @@ impl Loaded {
             handles: Vec::new(),
             events: Vec::new(),
             marks: Vec::new(),
+            starts_at: Vec::new(),
             t0: Vec::new(),
             fences: Vec::new(),
             comms: Vec::new(),
@@ -431,8 +434,14 @@ impl Loaded {
         for _ in 0..l.program.events {
             l.events.push(event()?);
         }
-        for _ in 0..l.program.spans {
-            l.marks.push((event()?, event()?));
+        l.starts_at = shared_starts(&l.program);
+        for i in 0..l.program.spans as usize {
+            let end = event()?;
+            let start = match l.starts_at[i] {
+                Some(a) => l.marks[a as usize].1,
+                None => event()?,
+            };
+            l.marks.push((start, end));
         }
         // SAFETY: 8 bytes of pinned host memory, mapped into every context (portable),
         // freed in Drop; written only through volatile accesses.
@@ -665,6 +674,8 @@ impl Loaded {
             }
         }
         let here = |stream: u32| self.is_local(self.program.streams[stream as usize]);
+        // Spans whose end was marked in this run (a shared start is recorded with it).
+        let mut ended = vec![false; self.marks.len()];
         for step in &self.program.steps[steps] {
             match *step {
                 Step::Record { stream, .. }
@@ -693,7 +704,11 @@ impl Loaded {
                     }
                     .map_err(drv_err("cuStreamWaitEvent"))?;
                 }
+                Step::Mark {
+                    span, end: false, ..
+                } if self.starts_at[span as usize].is_some_and(|a| ended[a as usize]) => {}
                 Step::Mark { stream, span, end } => {
+                    ended[span as usize] |= end;
                     self.bind(self.program.streams[stream as usize])?;
                     let (a, b) = self.marks[span as usize];
                     unsafe {
@@ -1266,8 +1281,10 @@ impl Drop for Loaded {
             {
                 let _ = cu::event::destroy(*e);
             }
-            for (a, b) in &self.marks {
-                let _ = cu::event::destroy(*a);
+            for (i, (a, b)) in self.marks.iter().enumerate() {
+                if self.starts_at[i].is_none() {
+                    let _ = cu::event::destroy(*a);
+                }
                 let _ = cu::event::destroy(*b);
             }
             for (i, s) in self.streams.iter().enumerate() {
@@ -1299,6 +1316,54 @@ impl Drop for Loaded {
             }
         }
     }
+}
+
+/// Per span of `p`, the span whose end mark its start mark directly follows on the same
+/// stream, when `p.shared_boundaries`: those two marks are one event.
+fn shared_starts(p: &Program) -> Vec<Option<u32>> {
+    let mut out = vec![None; p.spans as usize];
+    if !p.shared_boundaries {
+        return out;
+    }
+    let mut last: Vec<Option<Step>> = vec![None; p.streams.len()];
+    for st in &p.steps {
+        let stream = match *st {
+            Step::Record { stream, .. }
+            | Step::Wait { stream, .. }
+            | Step::Mark { stream, .. }
+            | Step::Launch { stream, .. } => stream,
+            Step::Nccl {
+                send_stream,
+                recv_stream,
+                ..
+            } => {
+                for s in [send_stream, recv_stream] {
+                    if let Some(x) = last.get_mut(s as usize) {
+                        *x = Some(*st);
+                    }
+                }
+                continue;
+            }
+        };
+        if let (
+            Step::Mark {
+                span: b,
+                end: false,
+                ..
+            },
+            Some(Some(Step::Mark {
+                span: a, end: true, ..
+            })),
+        ) = (*st, last.get(stream as usize))
+            && let Some(x) = out.get_mut(b as usize)
+        {
+            *x = Some(*a);
+        }
+        if let Some(x) = last.get_mut(stream as usize) {
+            *x = Some(*st);
+        }
+    }
+    out
 }
 
 /// Bounds and index checks of a program, so that no step can touch memory outside its
@@ -1487,6 +1552,7 @@ mod tests {
             }],
             nccl: Vec::new(),
             preamble: Vec::new(),
+            shared_boundaries: false,
         };
         assert!(check(&p).is_ok());
         p.steps[0] = Step::Launch {
@@ -1566,6 +1632,7 @@ mod tests {
                 stream: 0,
                 kernel: Kernel::Sleep { ns: 50_000 },
             }],
+            shared_boundaries: false,
         };
         let l = Loaded::new(p).unwrap();
         l.initialise().unwrap();
@@ -1647,6 +1714,7 @@ mod tests {
             ],
             nccl: Vec::new(),
             preamble: Vec::new(),
+            shared_boundaries: false,
         };
         // On the whole GPU and on 3 CTAs (a reduction beside GEMMs).
         for ctas in [0, 3] {
@@ -1721,6 +1789,45 @@ mod tests {
         let m = l.run().unwrap();
         let d = m.spans[0].1 - m.spans[0].0;
         assert!((2e-3..0.5).contains(&d), "a 2 ms sleep measured {d} s");
+    }
+
+    /// With shared boundaries, a span that follows another on its stream starts at that
+    /// one's end event (exactly); without, it starts at an event of its own, after it.
+    #[test]
+    fn spans_that_follow_each_other_share_their_boundary_event() {
+        if !gpu_or_skip() {
+            return;
+        }
+        for shared in [true, false] {
+            let mut steps = timed_sleep(20_000);
+            steps.extend(timed_sleep(20_000).into_iter().map(|s| match s {
+                Step::Mark { stream, end, .. } => Step::Mark {
+                    stream,
+                    span: 1,
+                    end,
+                },
+                s => s,
+            }));
+            let p = Program {
+                streams: vec![0],
+                spans: 2,
+                steps,
+                shared_boundaries: shared,
+                ..Default::default()
+            };
+            assert_eq!(shared_starts(&p), vec![None, shared.then_some(0)]);
+            let l = Loaded::new(p).unwrap();
+            for _ in 0..2 {
+                let m = l.run().unwrap();
+                let (a, b) = (m.spans[0], m.spans[1]);
+                assert!(a.1 - a.0 >= 20e-6 && b.1 - b.0 >= 20e-6, "{a:?} {b:?}");
+                if shared {
+                    assert_eq!(b.0, a.1);
+                } else {
+                    assert!(b.0 > a.1, "{a:?} {b:?}");
+                }
+            }
+        }
     }
 
     /// Nothing runs before every step is issued: with the host held after issuing, the

@@ -183,6 +183,12 @@ pub struct Program {
     /// in a known state — a heater that brings the clocks to what sustained load gives
     /// them, an L2 flush — and keeps it busy while the host issues the run.
     pub preamble: Vec<Step>,
+    /// Spans that follow each other on a stream share one event: when a span's start mark
+    /// comes right after another span's end mark on the same stream (no step of that
+    /// stream between), the end's event is the start's too and is recorded once. Each
+    /// event record costs the stream time between kernels; a span's start then includes
+    /// the gap from the previous op's end.
+    pub shared_boundaries: bool,
 }
 
 impl Program {

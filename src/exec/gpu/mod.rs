@@ -104,6 +104,8 @@ pub struct GpuOptions {
     /// Before every run (warm-up and timed), about this many milliseconds of large GEMMs
     /// on each GPU, untimed ([`HEATER`]); 0 (the default): none. See [`HEAT_MS`].
     pub heat_ms: f64,
+    /// One rank on one GPU: time the back-to-back baseline too ([`GpuRun::back_to_back`]).
+    pub back_to_back: bool,
 }
 
 /// Milliseconds of heater before every run and every calibration measurement unless asked
@@ -141,6 +143,7 @@ impl Default for GpuOptions {
             process: None,
             watchdog: Some(60.0),
             heat_ms: HEAT_MS,
+            back_to_back: false,
         }
     }
 }

@@ -12,6 +12,18 @@ stamp() { echo "== [$(date +%T)] $*"; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version,power.limit --format=csv
 HW=hardware-profiles/measured/h200-measured.toml
 S=sequential,chunked:2,chunked:4,flash,direct,permute-loop
+# FO_CHECK=1: first the GPU unit tests and the correctness of every strategy (all ranks on
+# the one GPU, copy-engine transport).
+if [ -n "${FO_CHECK:-}" ]; then
+  stamp "GPU unit tests"
+  REQUIRE_GPU=1 $B/cuda-tests --test-threads 1 2>&1 | tail -n 3
+  stamp "correctness: every strategy, all ranks on one GPU"
+  for w in ag-gemm gemm-rs mlp; do for tp in 2 4 8; do
+    $B/flashoverlap run --hardware "$HW" --model llama-3-8b --workload $w --tp $tp --batch 1 \
+      --seq 3072 --strategy $S --warmup 1 --repeats 2 --out "$R/check-llama-$w-tp$tp" --force \
+      2>&1 | grep -E "rel_error|error:" -A7 | grep -E "^[a-z-]+:? |error" | tail -n 7
+  done; done
+fi
 stamp "single-rank schedules, stand-in none"
 for w in ag-gemm gemm-rs mlp; do for tp in 2 4 8; do for b in 3 10; do
   $B/flashoverlap run --hardware "$HW" --model llama-3-8b --workload $w --tp $tp --batch $b \

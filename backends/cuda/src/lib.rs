@@ -236,6 +236,8 @@ pub struct Loaded {
     marks: Vec<(drv::CUevent, drv::CUevent)>,
     /// Per span: the span whose end event is also its start (`Program::shared_boundaries`).
     starts_at: Vec<Option<u32>>,
+    /// Per sync event: the span whose end event it is (`Program::shared_boundaries`).
+    event_is_end: Vec<Option<u32>>,
     t0: Vec<drv::CUevent>,
     /// One event per stream, recorded after the last step: the watchdog polls them.
     fences: Vec<drv::CUevent>,
@@ -343,6 +345,7 @@ impl Loaded {
             events: Vec::new(),
             marks: Vec::new(),
             starts_at: Vec::new(),
+            event_is_end: Vec::new(),
             t0: Vec::new(),
             fences: Vec::new(),
             comms: Vec::new(),
@@ -431,10 +434,7 @@ impl Loaded {
                 }
             }
         }
-        for _ in 0..l.program.events {
-            l.events.push(event()?);
-        }
-        l.starts_at = shared_starts(&l.program);
+        (l.starts_at, l.event_is_end) = shared_events(&l.program);
         for i in 0..l.program.spans as usize {
             let end = event()?;
             let start = match l.starts_at[i] {
@@ -442,6 +442,12 @@ impl Loaded {
                 None => event()?,
             };
             l.marks.push((start, end));
+        }
+        for e in 0..l.program.events as usize {
+            l.events.push(match l.event_is_end[e] {
+                Some(span) => l.marks[span as usize].1,
+                None => event()?,
+            });
         }
         // SAFETY: 8 bytes of pinned host memory, mapped into every context (portable),
         // freed in Drop; written only through volatile accesses.
@@ -683,6 +689,8 @@ impl Loaded {
                 | Step::Mark { stream, .. }
                 | Step::Launch { stream, .. }
                     if !here(stream) => {}
+                Step::Record { event, .. }
+                    if self.event_is_end[event as usize].is_some_and(|s| ended[s as usize]) => {}
                 Step::Record { stream, event } => {
                     self.bind(self.program.streams[stream as usize])?;
                     unsafe {
@@ -1275,6 +1283,9 @@ impl Drop for Loaded {
             for e in self
                 .events
                 .iter()
+                .enumerate()
+                .filter(|(i, _)| self.event_is_end[*i].is_none())
+                .map(|(_, e)| e)
                 .chain(&self.t0)
                 .chain(&self.fences)
                 .filter(|e| !e.is_null())
@@ -1318,20 +1329,33 @@ impl Drop for Loaded {
     }
 }
 
-/// Per span of `p`, the span whose end mark its start mark directly follows on the same
-/// stream, when `p.shared_boundaries`: those two marks are one event.
-fn shared_starts(p: &Program) -> Vec<Option<u32>> {
-    let mut out = vec![None; p.spans as usize];
+/// With `p.shared_boundaries`, the marks and records that can share one event: per span,
+/// the span whose end mark its start mark directly follows on the same stream; per sync
+/// event, the span whose end mark its only record directly follows there (such a record
+/// is transparent: a start mark after it still shares the end's event).
+fn shared_events(p: &Program) -> (Vec<Option<u32>>, Vec<Option<u32>>) {
+    let mut starts_at = vec![None; p.spans as usize];
+    let mut event_is_end = vec![None; p.events as usize];
     if !p.shared_boundaries {
-        return out;
+        return (starts_at, event_is_end);
+    }
+    let mut records = vec![0u32; p.events as usize];
+    for st in &p.steps {
+        if let Step::Record { event, .. } = *st
+            && let Some(c) = records.get_mut(event as usize)
+        {
+            *c += 1;
+        }
     }
     let mut last: Vec<Option<Step>> = vec![None; p.streams.len()];
+    let end_of = |last: &[Option<Step>], stream: u32| match last.get(stream as usize) {
+        Some(Some(Step::Mark {
+            span, end: true, ..
+        })) => Some(*span),
+        _ => None,
+    };
     for st in &p.steps {
         let stream = match *st {
-            Step::Record { stream, .. }
-            | Step::Wait { stream, .. }
-            | Step::Mark { stream, .. }
-            | Step::Launch { stream, .. } => stream,
             Step::Nccl {
                 send_stream,
                 recv_stream,
@@ -1344,26 +1368,35 @@ fn shared_starts(p: &Program) -> Vec<Option<u32>> {
                 }
                 continue;
             }
-        };
-        if let (
+            Step::Record { stream, event } => {
+                if let (Some(span), Some(1)) = (end_of(&last, stream), records.get(event as usize))
+                {
+                    event_is_end[event as usize] = Some(span);
+                    continue;
+                }
+                stream
+            }
             Step::Mark {
-                span: b,
+                stream,
+                span,
                 end: false,
-                ..
-            },
-            Some(Some(Step::Mark {
-                span: a, end: true, ..
-            })),
-        ) = (*st, last.get(stream as usize))
-            && let Some(x) = out.get_mut(b as usize)
-        {
-            *x = Some(*a);
-        }
+            } => {
+                if let (Some(a), Some(x)) =
+                    (end_of(&last, stream), starts_at.get_mut(span as usize))
+                {
+                    *x = Some(a);
+                }
+                stream
+            }
+            Step::Wait { stream, .. } | Step::Mark { stream, .. } | Step::Launch { stream, .. } => {
+                stream
+            }
+        };
         if let Some(x) = last.get_mut(stream as usize) {
             *x = Some(*st);
         }
     }
-    out
+    (starts_at, event_is_end)
 }
 
 /// Bounds and index checks of a program, so that no step can touch memory outside its
@@ -1791,6 +1824,49 @@ mod tests {
         assert!((2e-3..0.5).contains(&d), "a 2 ms sleep measured {d} s");
     }
 
+    /// Which marks and records share an event: a start right after an end on the same
+    /// stream, a once-recorded event right after an end (and a start after that record);
+    /// not across streams, not an event recorded twice, nothing without the flag.
+    #[test]
+    fn shared_events_pair_adjacent_marks_and_records() {
+        let mark = |stream, span, end| Step::Mark { stream, span, end };
+        let launch = |stream| Step::Launch {
+            stream,
+            kernel: Kernel::Sleep { ns: 1 },
+        };
+        let mut p = Program {
+            streams: vec![0, 0],
+            spans: 4,
+            events: 2,
+            shared_boundaries: true,
+            steps: vec![
+                mark(0, 0, false),
+                launch(0),
+                mark(0, 0, true),
+                Step::Record { stream: 0, event: 0 },
+                mark(0, 1, false),
+                launch(0),
+                mark(0, 1, true),
+                Step::Record { stream: 0, event: 1 },
+                Step::Wait { stream: 1, event: 0 },
+                mark(1, 2, false),
+                launch(1),
+                mark(1, 2, true),
+                Step::Record { stream: 1, event: 1 },
+                mark(0, 3, false),
+                launch(0),
+                mark(0, 3, true),
+            ],
+            ..Default::default()
+        };
+        assert!(check(&p).is_ok());
+        let (starts, events) = shared_events(&p);
+        assert_eq!(starts, vec![None, Some(0), None, None]);
+        assert_eq!(events, vec![Some(0), None]);
+        p.shared_boundaries = false;
+        assert_eq!(shared_events(&p), (vec![None; 4], vec![None; 2]));
+    }
+
     /// With shared boundaries, a span that follows another on its stream starts at that
     /// one's end event (exactly); without, it starts at an event of its own, after it.
     #[test]
@@ -1815,7 +1891,7 @@ mod tests {
                 shared_boundaries: shared,
                 ..Default::default()
             };
-            assert_eq!(shared_starts(&p), vec![None, shared.then_some(0)]);
+            assert_eq!(shared_events(&p).0, vec![None, shared.then_some(0)]);
             let l = Loaded::new(p).unwrap();
             for _ in 0..2 {
                 let m = l.run().unwrap();

@@ -21,7 +21,7 @@ if [ -n "${FO_CHECK:-}" ]; then
   for w in ag-gemm gemm-rs mlp; do for tp in 2 4 8; do
     $B/flashoverlap run --hardware "$HW" --model llama-3-8b --workload $w --tp $tp --batch 1 \
       --seq 3072 --strategy $S --warmup 1 --repeats 2 --out "$R/check-llama-$w-tp$tp" --force \
-      2>&1 | grep -E "rel_error|error:" -A7 | grep -E "^[a-z-]+:? |error" | tail -n 7
+      | tail -n 7
   done; done
 fi
 stamp "single-rank schedules, stand-in none"

@@ -15,10 +15,10 @@
 //!   GEMM, and a GEMM runs `gemm_slowdown_beside_reduction` slower while one runs.
 //!
 //! With `memory_ops_wait_for_gemm_sms` (SM admission), copies on communication streams
-//! join the reductions as *side ops*, and a side op that starts while a GEMM that started
-//! earlier still fills every SM (before that GEMM's last, partial wave:
-//! [`cost::gemm_partial_tail`]) is *blocked*: it makes no progress until no running GEMM
-//! fills the GPU. Once admitted it keeps its SMs; it runs at the reduction slowdown while a
+//! join the reductions as *side ops*, and a side op that starts while a GEMM still fills
+//! every SM (before that GEMM's last, partial wave: [`cost::gemm_partial_tail`]; a GEMM
+//! that starts at the same instant counts, it takes the SMs first) is *blocked*: it makes
+//! no progress until no running GEMM fills the GPU. Once admitted it keeps its SMs; it runs at the reduction slowdown while a
 //! GEMM fills the GPU beside it and at full rate beside a GEMM's partial last wave. Each
 //! GEMM then also gets a *tail* event at its last wave's start, where blocked ops are
 //! admitted.
@@ -202,9 +202,10 @@ impl InterferenceState {
         Ok(self.tail[i])
     }
 
-    /// With SM admission, whether a GEMM of `rank` that started before `since` still
-    /// fills every SM at `now` (`since = now`: any GEMM that started earlier).
-    fn blocked(
+    /// Whether a running GEMM of `rank` fills every SM at `now` (every running GEMM
+    /// started no later than now, so one that starts at this very instant counts: it
+    /// takes the SMs before a side op that becomes ready with it).
+    fn gemm_fills_sms(
         &mut self,
         gpu: &GpuSpec,
         plan: &Plan,
@@ -215,7 +216,6 @@ impl InterferenceState {
         for i in 0..self.running[rank].len() {
             let g = self.running[rank][i];
             if matches!(plan.ops[g as usize].kind, OpKind::Gemm { .. })
-                && self.progress[g as usize].started <= now
                 && self.fills_sms(gpu, plan, g, now, base(g))?
             {
                 return Ok(true);
@@ -240,17 +240,7 @@ impl InterferenceState {
                 return Ok(f64::INFINITY);
             }
             // Slowed only beside a GEMM that fills the GPU.
-            let mut full = false;
-            for i in 0..self.running[r].len() {
-                let g = self.running[r][i];
-                if matches!(plan.ops[g as usize].kind, OpKind::Gemm { .. })
-                    && self.fills_sms(gpu, plan, g, now, base(g))?
-                {
-                    full = true;
-                    break;
-                }
-            }
-            return Ok(if full {
+            return Ok(if self.gemm_fills_sms(gpu, plan, r, now, base)? {
                 self.model.params.reduction_slowdown_beside_gemm
             } else {
                 1.0
@@ -312,16 +302,16 @@ impl InterferenceState {
                 let op = self.running[r][i];
                 self.tail_of(gpu, plan, op)?;
             }
-            // Blocked side ops get SMs once no GEMM that started no later than now fills
-            // the GPU. One admitted at this very instant is decided again: a GEMM that
-            // starts at the same time (processed after it) takes the SMs first.
+            // Blocked side ops get SMs once no running GEMM fills the GPU. One admitted at
+            // this very instant is decided again: a GEMM that starts at the same time
+            // (processed after it) takes the SMs first.
             for i in 0..self.running[r].len() {
                 let op = self.running[r][i];
                 let o = op as usize;
                 if !self.is_reduction[o] || (self.admitted[o] && self.progress[o].started < now) {
                     continue;
                 }
-                let admit = !self.blocked(gpu, plan, r, now, &base)?;
+                let admit = !self.gemm_fills_sms(gpu, plan, r, now, &base)?;
                 if admit != self.admitted[o] {
                     self.admitted[o] = admit;
                     if admit {

@@ -662,11 +662,16 @@ fn model(transport: Transport, ctas: u64, gemm_slow: f64, mem_slow: f64) -> Opti
     })
 }
 
-/// SM admission: one GEMM of 7 waves (the last partial) on the compute stream, a copy on
-/// a communication stream that becomes ready at `ready` (after a delay op on its stream)
-/// or at once. Returns (GEMM end, copy start, copy end) and the GEMM's and copy's times
-/// alone.
-fn admission_case(ready: Option<f64>, g: f64, a: f64) -> ((f64, f64, f64), f64, f64) {
+/// One GEMM of 7 waves (the last partial) on the compute stream and a copy on a
+/// communication stream that becomes ready at `ready` (after an op of that length on a
+/// stream of its own) or at once; SM admission on or off. Returns (GEMM end, copy start,
+/// copy end) and the GEMM's and copy's times alone.
+fn admission_case(
+    ready: Option<f64>,
+    g: f64,
+    a: f64,
+    admission: bool,
+) -> ((f64, f64, f64), f64, f64) {
     let hw = config::load_hardware("h100-sxm-8", None).unwrap();
     let t = OpTag {
         site: 0,
@@ -686,7 +691,6 @@ fn admission_case(ready: Option<f64>, g: f64, a: f64) -> ((f64, f64, f64), f64, 
         .unwrap();
     let mut deps = Vec::new();
     if let Some(at) = ready {
-        // The copy waits for an op of that length on a stream of its own.
         let s1 = b.stream(0, "delay", StreamKind::Compute);
         let bytes = ((at - hw.gpu.elementwise.launch)
             * hw.gpu.hbm_bandwidth
@@ -702,7 +706,7 @@ fn admission_case(ready: Option<f64>, g: f64, a: f64) -> ((f64, f64, f64), f64, 
     let mut i = model(Transport::CopyEngine, 8, 1.0, 1.0).unwrap();
     i.params.gemm_slowdown_beside_reduction = g;
     i.params.reduction_slowdown_beside_gemm = a;
-    i.params.memory_ops_wait_for_gemm_sms = true;
+    i.params.memory_ops_wait_for_gemm_sms = admission;
     let opts = SimOptions {
         interference: Some(i),
         ..SimOptions::default()
@@ -723,7 +727,7 @@ fn admission_case(ready: Option<f64>, g: f64, a: f64) -> ((f64, f64, f64), f64, 
 /// tail runs `g` slower: copy end = 6G/7 + C; GEMM end = 6G/7 + C + (G/7 − C/g).
 #[test]
 fn a_side_copy_waits_for_the_gemms_last_wave() {
-    let ((g_end, c_start, c_end), gd, cd) = admission_case(Some(20e-6), 1.25, 4.0);
+    let ((g_end, c_start, c_end), gd, cd) = admission_case(Some(20e-6), 1.25, 4.0, true);
     assert!(cd < gd / 7.0, "the copy fits in the tail");
     close(c_start, 20e-6, "copy ready");
     close(c_end, 6.0 * gd / 7.0 + cd, "copy end");
@@ -739,47 +743,12 @@ fn a_side_copy_waits_for_the_gemms_last_wave() {
 /// memory-op slowdown, 1 here) and ends long before the GEMM's tail.
 #[test]
 fn a_side_copy_ready_with_the_gemm_waits_and_without_admission_does_not() {
-    let ((_, c_start, c_end), gd, cd) = admission_case(None, 1.0, 4.0);
-    close(c_start, 0.0, "copy start");
+    let ((_, c_start, c_end), gd, cd) = admission_case(None, 1.0, 4.0, true);
+    assert_eq!(c_start, 0.0);
     close(c_end, 6.0 * gd / 7.0 + cd, "copy end");
-    // The same plan without admission: the copy is an ordinary memory op.
-    let hw = config::load_hardware("h100-sxm-8", None).unwrap();
-    let mut b = PlanBuilder::new(1);
-    b.site("x");
-    let t = OpTag {
-        site: 0,
-        step: 0,
-        slice: 0,
-    };
-    let c0 = b.stream(0, "compute", StreamKind::Compute);
-    let s0 = b.stream(0, "side", StreamKind::Comm);
-    let dtype = crate::scenario::DType::Bf16;
-    b.single(
-        c0,
-        OpKind::Gemm {
-            m: 7680,
-            n: 3584,
-            k: 4096,
-            dtype,
-        },
-        &[],
-        t,
-    )
-    .unwrap();
-    let cp = b
-        .single(s0, OpKind::Copy { bytes: 20_000_000 }, &[], t)
-        .unwrap();
-    let plan = b.finish().unwrap();
-    let opts = SimOptions {
-        interference: model(Transport::CopyEngine, 8, 1.0, 1.0),
-        ..SimOptions::default()
-    };
-    let r = simulate(&plan, &hw, &opts).unwrap();
-    close(
-        r.times[cp as usize].end,
-        cd,
-        "copy beside the GEMM, no admission",
-    );
+    let ((g_end, _, c_end), _, _) = admission_case(None, 1.0, 4.0, false);
+    close(c_end, cd, "copy beside the GEMM, no admission");
+    close(g_end, gd, "GEMM beside the copy, no admission");
 }
 
 /// A reduction (an add on a comm stream) beside a GEMM: the add runs `s` slower until it

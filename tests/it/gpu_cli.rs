@@ -105,6 +105,75 @@ fn validate_compares_recorded_runs_and_predicts_them_again() {
     assert!(d.path().join("v.json").exists());
 }
 
+/// `--timelines` writes the new predictions in the run's schema (needs `--hardware`);
+/// a results.json with a back-to-back baseline gives each case its executor overhead.
+#[test]
+fn validate_writes_new_predictions_and_reads_the_overhead_baseline() {
+    let d = tempfile::tempdir().unwrap();
+    let run = d.path().join("case-b");
+    std::fs::create_dir(&run).unwrap();
+    fake_run_dir(&run, 1.25);
+    let measured = |s: &str| -> f64 {
+        let t: Value = serde_json::from_str(
+            &std::fs::read_to_string(run.join(format!("measured-{s}.json"))).unwrap(),
+        )
+        .unwrap();
+        t["spans"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["end_us"].as_f64().unwrap())
+            .fold(0.0, f64::max)
+    };
+    // Baselines 2% under the measured makespans: +2.04% overhead.
+    let results = serde_json::json!({"version": 1, "results": [
+        {"strategy": "sequential", "back_to_back_us": measured("sequential") / 1.02},
+        {"strategy": "flash", "back_to_back_us": measured("flash") / 1.02},
+    ]});
+    std::fs::write(run.join("results.json"), results.to_string()).unwrap();
+    let out = d.path().join("tl");
+    let a = bin()
+        .args([
+            "validate",
+            run.to_str().unwrap(),
+            "--hardware",
+            "h200-sxm-8",
+        ])
+        .args(["--format", "json", "--timelines", out.to_str().unwrap()])
+        .assert()
+        .success();
+    let v: Value = serde_json::from_slice(&a.get_output().stdout).unwrap();
+    for c in v["cases"].as_array().unwrap() {
+        let o = c["executor_overhead_pct"].as_f64().unwrap();
+        assert!((o - 2.0).abs() < 1e-6, "{c}");
+    }
+    for s in ["sequential", "flash"] {
+        let p = out.join("case-b").join(format!("predicted-{s}.json"));
+        let t: Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+        assert_eq!(t["source"], "predicted", "{}", p.display());
+        assert!(!t["spans"].as_array().unwrap().is_empty());
+    }
+    // Written files are not overwritten without --force (an output error); --timelines
+    // needs --hardware (a usage error).
+    let a = bin()
+        .args([
+            "validate",
+            run.to_str().unwrap(),
+            "--hardware",
+            "h200-sxm-8",
+        ])
+        .args(["--timelines", out.to_str().unwrap()])
+        .assert()
+        .code(3);
+    let err = String::from_utf8(a.get_output().stderr.clone()).unwrap();
+    assert!(err.contains("predicted-"), "{err}");
+    bin()
+        .args(["validate", run.to_str().unwrap()])
+        .args(["--timelines", out.to_str().unwrap()])
+        .assert()
+        .code(2);
+}
+
 #[test]
 fn validate_skips_runs_whose_ranks_shared_a_gpu_and_names_bad_dirs() {
     let d = tempfile::tempdir().unwrap();
@@ -199,6 +268,34 @@ fn calibrate_refits_saved_measurements_into_a_profile_the_simulator_reads() {
     );
     assert_eq!(g["measured"].as_array().unwrap().len(), 12);
     assert_eq!(toml["gpu"]["name"].as_str(), Some("Test GPU"));
+    // The copy (0.5 ms alone) ended 0.5 ms after the 1 ms GEMM beside it: it waited for
+    // the GEMM's SMs.
+    let i = &toml["interference"];
+    assert_eq!(
+        i["memory_ops_wait_for_gemm_sms"].as_bool(),
+        Some(true),
+        "{i}"
+    );
+    assert!(text.contains("it waited for"), "{text}");
+    // A copy that ran beside the GEMM (0.6 ms) does not turn SM admission on.
+    let mut c: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&cal).unwrap()).unwrap();
+    c["copy_with_gemm_s"] = 6e-4.into();
+    let cal2 = d.path().join("u.calibration.json");
+    std::fs::write(&cal2, c.to_string()).unwrap();
+    let prof2 = d.path().join("u.toml");
+    bin()
+        .args(["calibrate", "--from", cal2.to_str().unwrap(), "--name", "u"])
+        .args(["--out", prof2.to_str().unwrap()])
+        .assert()
+        .success();
+    let toml2: toml::Value = toml::from_str(&std::fs::read_to_string(&prof2).unwrap()).unwrap();
+    let i = &toml2["interference"];
+    assert_eq!(
+        i["memory_ops_wait_for_gemm_sms"].as_bool(),
+        Some(false),
+        "{i}"
+    );
     // The simulator reads it like any other profile.
     bin()
         .args([

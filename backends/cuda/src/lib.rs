@@ -434,8 +434,28 @@ impl Loaded {
                 }
             }
         }
+        // An event is recorded on streams of one device only, and must be made in that
+        // device's context (a record on another context's stream fails): each span's and
+        // sync event's device is that of the stream that first marks or records it.
         (l.starts_at, l.event_is_end) = shared_events(&l.program);
-        for i in 0..l.program.spans as usize {
+        let (mut span_dev, mut event_dev) = (
+            vec![None; l.program.spans as usize],
+            vec![None; l.program.events as usize],
+        );
+        for st in &l.program.steps {
+            let (slot, stream) = match *st {
+                Step::Mark { stream, span, .. } => (span_dev.get_mut(span as usize), stream),
+                Step::Record { stream, event } => (event_dev.get_mut(event as usize), stream),
+                _ => continue,
+            };
+            if let Some(d @ None) = slot {
+                *d = Some(l.program.streams[stream as usize]);
+            }
+        }
+        for (i, dev) in span_dev.into_iter().enumerate() {
+            if let Some(d) = dev.filter(|&d| l.is_local(d)) {
+                l.bind(d)?;
+            }
             let end = event()?;
             let start = match l.starts_at[i] {
                 Some(a) => l.marks[a as usize].1,
@@ -443,11 +463,15 @@ impl Loaded {
             };
             l.marks.push((start, end));
         }
-        for e in 0..l.program.events as usize {
-            l.events.push(match l.event_is_end[e] {
+        for (e, dev) in event_dev.into_iter().enumerate() {
+            if let Some(d) = dev.filter(|&d| l.is_local(d)) {
+                l.bind(d)?;
+            }
+            let ev = match l.event_is_end[e] {
                 Some(span) => l.marks[span as usize].1,
                 None => event()?,
-            });
+            };
+            l.events.push(ev);
         }
         // SAFETY: 8 bytes of pinned host memory, mapped into every context (portable),
         // freed in Drop; written only through volatile accesses.

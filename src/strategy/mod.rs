@@ -134,26 +134,48 @@ pub fn build_with(
     strategy: Strategy,
     symmetric: bool,
 ) -> Result<Plan, StrategyError> {
-    if let Workload::Layer | Workload::Step = workload {
-        let shape = layer::LayerShape::of(sc);
-        let step = workload == Workload::Step;
-        let topo = &sc.hardware.topology;
-        // The smallest multiple of the topology's rotation that moves whole replicas
-        // (tp · ulysses GPUs), if it leaves more than one orbit.
-        let replica = sc.parallel.tp * sc.parallel.ulysses;
-        let shift = topo
-            .rotation()
-            .filter(|_| symmetric && sc.parallel.world() as usize == topo.gpu_count())
-            .map(|r| {
-                let g = r.gpu_shift as u64;
-                g / gcd(g, replica) * replica
-            })
-            .filter(|&sh| sh > 0 && (topo.gpu_count() as u64) % sh == 0)
-            .filter(|&sh| sh < topo.gpu_count() as u64)
-            .filter(|&sh| topo.link_orbits_for(sh as u32).ok().flatten().is_some())
-            .map(|sh| sh as u32);
-        return layer::build(&shape, strategy, &sc.site_strategies, step, shift);
+    match workload {
+        Workload::Layer | Workload::Step => layer_plan(sc, workload, strategy, symmetric),
+        Workload::AgGemm | Workload::GemmRs | Workload::Mlp => {
+            mlp_plan(sc, workload, strategy, symmetric)
+        }
     }
+}
+
+/// A layer or training step (`workload` is one of them).
+fn layer_plan(
+    sc: &Scenario,
+    workload: Workload,
+    strategy: Strategy,
+    symmetric: bool,
+) -> Result<Plan, StrategyError> {
+    let shape = layer::LayerShape::of(sc);
+    let step = workload == Workload::Step;
+    let topo = &sc.hardware.topology;
+    // The smallest multiple of the topology's rotation that moves whole replicas
+    // (tp · ulysses GPUs), if it leaves more than one orbit.
+    let replica = sc.parallel.tp * sc.parallel.ulysses;
+    let shift = topo
+        .rotation()
+        .filter(|_| symmetric && sc.parallel.world() as usize == topo.gpu_count())
+        .map(|r| {
+            let g = r.gpu_shift as u64;
+            g / gcd(g, replica) * replica
+        })
+        .filter(|&sh| sh > 0 && (topo.gpu_count() as u64) % sh == 0)
+        .filter(|&sh| sh < topo.gpu_count() as u64)
+        .filter(|&sh| topo.link_orbits_for(sh as u32).ok().flatten().is_some())
+        .map(|sh| sh as u32);
+    layer::build(&shape, strategy, &sc.site_strategies, step, shift)
+}
+
+/// One tensor-parallel MLP site (`ag-gemm`, `gemm-rs`) or block (`mlp`).
+fn mlp_plan(
+    sc: &Scenario,
+    workload: Workload,
+    strategy: Strategy,
+    symmetric: bool,
+) -> Result<Plan, StrategyError> {
     let shape = MlpShape::of(sc);
     check_shape(strategy, &shape)?;
     let mut b = PlanBuilder::new(shape.ranks);
@@ -191,7 +213,9 @@ pub fn build_with(
             let ready = Blocks::inputs_ready(strategy, shape.ranks, m, a);
             shard_of(sites::gemm_rs(&mut b, &streams, strategy, "fc2", &shape, &ready)?.0)
         }
-        Workload::Layer | Workload::Step => unreachable!("built above"),
+        Workload::Layer | Workload::Step => {
+            return layer_plan(sc, workload, strategy, symmetric);
+        }
         Workload::Mlp => {
             b.add_model_flops(crate::cost::gemm_flops(m, shape.fc1_width, h));
             b.add_model_flops(crate::cost::gemm_flops(m, h, shape.ffn));

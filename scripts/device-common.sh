@@ -21,3 +21,48 @@ export LD_LIBRARY_PATH=$SP/cu13/lib:$SP/nccl/lib:$NL:${LD_LIBRARY_PATH:-}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 B=.build-cuda
 exec > >(tee "$R/log.txt") 2>&1
+
+# The single-GPU validation sets (rank 0's schedule of six strategies; shapes of models
+# whose widths are not calibration widths: llama-3-8b and mistral-7b ffn 14336,
+# qwen2.5-7b hidden 3584 and ffn 18944, at 3072·b tokens). Each run's standard output
+# goes through $EMU_FILTER (default: its last 7 lines, the table); its standard error (a
+# line per strategy) goes to the log as it is. Arguments after the first are added to
+# every `run`.
+S=sequential,chunked:2,chunked:4,flash,direct,permute-loop
+EMU_FILTER=${EMU_FILTER:-"tail -n 7"}
+# compute_side DIR [ARGS]: stand-in none (the compute side), llama tp 2/4/8 × b 3/10 and
+# qwen tp 2/4 × b 2/6, into DIR/emu-none-{llama,qwen}-WORKLOAD-tpTP-bB.
+compute_side() {
+  local dir=$1; shift
+  for w in ag-gemm gemm-rs mlp; do for tp in 2 4 8; do for b in 3 10; do
+    $B/flashoverlap run --hardware "$HW" --model llama-3-8b --workload $w --tp $tp --batch $b \
+      --seq 3072 --strategy $S --emulate-rank 0 --stand-in none --warmup 3 --repeats 10 \
+      --out "$dir/emu-none-llama-$w-tp$tp-b$b" --force "$@" | $EMU_FILTER
+  done; done; done
+  for w in ag-gemm gemm-rs mlp; do for tp in 2 4; do for b in 2 6; do
+    $B/flashoverlap run --hardware "$HW" --model models/hf/qwen2.5-7b.json --workload $w \
+      --tp $tp --batch $b --seq 3072 --strategy $S --emulate-rank 0 --stand-in none \
+      --warmup 3 --repeats 10 --out "$dir/emu-none-qwen-$w-tp$tp-b$b" --force "$@" \
+      | $EMU_FILTER
+  done; done; done
+}
+# copy_side DIR TRANSPORT [ARGS]: stand-in copy through TRANSPORT (copy: copy engine,
+# nccl: sends to self), llama tp 2/4/8, b 10, into DIR/emu-TRANSPORT-llama-WORKLOAD-tpTP-b10.
+copy_side() {
+  local dir=$1 t=$2; shift 2
+  for w in ag-gemm gemm-rs mlp; do for tp in 2 4 8; do
+    $B/flashoverlap run --hardware "$HW" --model llama-3-8b --workload $w --tp $tp --batch 10 \
+      --seq 3072 --strategy $S --emulate-rank 0 --stand-in copy --transport $t --warmup 3 \
+      --repeats 10 --out "$dir/emu-$t-llama-$w-tp$tp-b10" --force "$@" | $EMU_FILTER
+  done; done
+}
+# correctness DIR: every strategy, all ranks on the one GPU (copy-engine transport),
+# checked against the reference, into DIR/check-llama-WORKLOAD-tpTP.
+correctness() {
+  local dir=$1
+  for w in ag-gemm gemm-rs mlp; do for tp in 2 4 8; do
+    $B/flashoverlap run --hardware "$HW" --model llama-3-8b --workload $w --tp $tp --batch 1 \
+      --seq 3072 --strategy $S --warmup 1 --repeats 2 --out "$dir/check-llama-$w-tp$tp" \
+      --force | tail -n 7
+  done; done
+}

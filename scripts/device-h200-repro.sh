@@ -11,38 +11,21 @@ FO_DEFAULT_LIMIT_S=400
 stamp() { echo "== [$(date +%T)] $*"; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version,power.limit --format=csv
 HW=hardware-profiles/measured/h200-measured.toml
-S=sequential,chunked:2,chunked:4,flash,direct,permute-loop
 # FO_CHECK=1: first the GPU unit tests and the correctness of every strategy (all ranks on
 # the one GPU, copy-engine transport).
 if [ -n "${FO_CHECK:-}" ]; then
   stamp "GPU unit tests"
   REQUIRE_GPU=1 $B/cuda-tests --test-threads 1 2>&1 | tail -n 3
   stamp "correctness: every strategy, all ranks on one GPU"
-  for w in ag-gemm gemm-rs mlp; do for tp in 2 4 8; do
-    $B/flashoverlap run --hardware "$HW" --model llama-3-8b --workload $w --tp $tp --batch 1 \
-      --seq 3072 --strategy $S --warmup 1 --repeats 2 --out "$R/check-llama-$w-tp$tp" --force \
-      | tail -n 7
-  done; done
+  correctness "$R"
 fi
+EMU_FILTER="tail -n 1"
 stamp "single-rank schedules, stand-in none"
-for w in ag-gemm gemm-rs mlp; do for tp in 2 4 8; do for b in 3 10; do
-  $B/flashoverlap run --hardware "$HW" --model llama-3-8b --workload $w --tp $tp --batch $b \
-    --seq 3072 --strategy $S --emulate-rank 0 --stand-in none --warmup 3 --repeats 10 \
-    --out "$R/emu-none-llama-$w-tp$tp-b$b" --force | tail -n 1
-done; done; done
-for w in ag-gemm gemm-rs mlp; do for tp in 2 4; do for b in 2 6; do
-  $B/flashoverlap run --hardware "$HW" --model models/hf/qwen2.5-7b.json --workload $w --tp $tp \
-    --batch $b --seq 3072 --strategy $S --emulate-rank 0 --stand-in none --warmup 3 --repeats 10 \
-    --out "$R/emu-none-qwen-$w-tp$tp-b$b" --force | tail -n 1
-done; done; done
-stamp "single-rank schedules, stand-in copy (copy engine, then NCCL)"
+compute_side "$R"
 # FO_QUICK=1: the copy-engine set only, and no calibration of this machine.
 T="copy nccl"; [ -n "${FO_QUICK:-}" ] && T=copy
-for t in $T; do for w in ag-gemm gemm-rs mlp; do for tp in 2 4 8; do
-  $B/flashoverlap run --hardware "$HW" --model llama-3-8b --workload $w --tp $tp --batch 10 \
-    --seq 3072 --strategy $S --emulate-rank 0 --stand-in copy --transport $t --warmup 3 \
-    --repeats 10 --out "$R/emu-$t-llama-$w-tp$tp-b10" --force | tail -n 1
-done; done; done
+stamp "single-rank schedules, stand-in copy ($T)"
+for t in $T; do copy_side "$R" $t; done
 $B/flashoverlap validate "$R"/emu-* --hardware "$HW" --out "$R/validate.json" --force | tail -n 2
 # This machine's own calibration, after the runs: how much of the error moving between
 # sessions a fresh calibration takes back.

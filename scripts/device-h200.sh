@@ -29,39 +29,14 @@ $B/flashoverlap calibrate --base h200-sxm-8 --name h200-measured --out "$R/h200-
   --repeats 5 --force
 HW="$R/h200-measured.toml"
 [ -f "$HW" ] || HW=h200-sxm-8
-S=sequential,chunked:2,chunked:4,flash,direct,permute-loop
-# Validation set: shapes of models whose widths are not calibration widths (llama-3-8b and
-# mistral-7b: ffn 14336; qwen2.5-7b: hidden 3584, ffn 18944) at token counts that are not
-# calibration m values (3·3072·b).
 stamp "single-rank schedules, stand-in none (the compute side)"
-for w in ag-gemm gemm-rs mlp; do for tp in 2 4 8; do for b in 3 10; do
-  $B/flashoverlap run --hardware "$HW" --model llama-3-8b --workload $w --tp $tp --batch $b \
-    --seq 3072 --strategy $S --emulate-rank 0 --stand-in none --warmup 3 --repeats 10 \
-    --out "$R/emu-none-llama-$w-tp$tp-b$b" --force | tail -n 7
-done; done; done
-for w in ag-gemm gemm-rs mlp; do for tp in 2 4; do for b in 2 6; do
-  $B/flashoverlap run --hardware "$HW" --model models/hf/qwen2.5-7b.json --workload $w --tp $tp \
-    --batch $b --seq 3072 --strategy $S --emulate-rank 0 --stand-in none --warmup 3 --repeats 10 \
-    --out "$R/emu-none-qwen-$w-tp$tp-b$b" --force | tail -n 7
-done; done; done
+compute_side "$R"
 stamp "single-rank schedules, stand-in copy (copy engine beside the GEMMs)"
-for w in ag-gemm gemm-rs mlp; do for tp in 2 4 8; do
-  $B/flashoverlap run --hardware "$HW" --model llama-3-8b --workload $w --tp $tp --batch 10 \
-    --seq 3072 --strategy $S --emulate-rank 0 --stand-in copy --warmup 3 --repeats 10 \
-    --out "$R/emu-copy-llama-$w-tp$tp-b10" --force | tail -n 7
-done; done
+copy_side "$R" copy
 stamp "correctness: every strategy, all ranks on one GPU"
-for w in ag-gemm gemm-rs mlp; do for tp in 2 4 8; do
-  $B/flashoverlap run --hardware "$HW" --model llama-3-8b --workload $w --tp $tp --batch 1 \
-    --seq 3072 --strategy $S --warmup 1 --repeats 2 --out "$R/check-llama-$w-tp$tp" --force \
-    | tail -n 7
-done; done
+correctness "$R"
 stamp "single-rank schedules, stand-in copies through NCCL (sends to self: SM kernels)"
-for w in ag-gemm gemm-rs mlp; do for tp in 2 4 8; do
-  $B/flashoverlap run --hardware "$HW" --model llama-3-8b --workload $w --tp $tp --batch 10 \
-    --seq 3072 --strategy $S --emulate-rank 0 --stand-in copy --transport nccl --warmup 3 \
-    --repeats 10 --out "$R/emu-nccl-llama-$w-tp$tp-b10" --force | tail -n 7
-done; done
+copy_side "$R" nccl
 stamp "validate (calibrated profile)"
 $B/flashoverlap validate "$R"/emu-* --hardware "$HW" --out "$R/validate.json" --force | tail -n 3
 # Diagnostic, not validation: the runs' own GEMM shapes measured the calibration's way,

@@ -327,6 +327,13 @@ pub fn run(a: Args) -> Result<(), CliError> {
         }
         None => None,
     };
+    if a.back_to_back && (emulate.is_none() && sc.parallel.world() > 1 || a.world.is_some()) {
+        return Err(CliError::input(format!(
+            "--back-to-back times the kernels of one rank on one GPU, and this run has {} \
+             ranks: add --emulate-rank R",
+            sc.parallel.world()
+        )));
+    }
     let opts = GpuOptions {
         devices: a.devices,
         warmup: a.warmup,

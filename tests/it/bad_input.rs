@@ -601,6 +601,12 @@ fn cases(d: &Path) -> Vec<Case> {
             says: vec![s("zero.toml"), s("not JSON")],
         },
         Case {
+            name: "run: back-to-back baseline of several ranks",
+            args: vec![s("run"), s("--tp"), s("2"), s("--back-to-back")],
+            code: 2,
+            says: vec![s("--back-to-back"), s("2 ranks"), s("--emulate-rank")],
+        },
+        Case {
             name: "unwritable trace path",
             args: sim(&["--trace", "/nonexistent-dir/t.json"]),
             code: 3,

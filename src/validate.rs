@@ -171,9 +171,16 @@ pub struct Summary {
     /// Median over the cases that recorded repetitions of their measured spread.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub median_measured_spread_pct: Option<f64>,
+    /// Median and worst executor overhead over the cases that timed the back-to-back
+    /// baseline.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub median_executor_overhead_pct: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worst_executor_overhead_pct: Option<f64>,
 }
 
 pub fn summarize(cs: &[Comparison]) -> Summary {
+    let overhead: Vec<f64> = cs.iter().filter_map(|c| c.executor_overhead_pct).collect();
     let errs: Vec<f64> = cs.iter().map(|c| c.makespan_error_pct.abs()).collect();
     let ops: Vec<f64> = cs
         .iter()
@@ -188,6 +195,8 @@ pub fn summarize(cs: &[Comparison]) -> Summary {
             let v: Vec<f64> = cs.iter().filter_map(|c| c.measured_spread_pct).collect();
             (!v.is_empty()).then(|| median(v))
         },
+        median_executor_overhead_pct: (!overhead.is_empty()).then(|| median(overhead.clone())),
+        worst_executor_overhead_pct: overhead.iter().cloned().reduce(f64::max),
     }
 }
 
@@ -234,6 +243,15 @@ pub fn table(cs: &[Comparison]) -> String {
         let _ = writeln!(
             s,
             "measured makespans over each run's repetitions: median spread (p90 - p10) {x:.2}%"
+        );
+    }
+    if let (Some(m), Some(w)) = (
+        sm.median_executor_overhead_pct,
+        sm.worst_executor_overhead_pct,
+    ) {
+        let _ = writeln!(
+            s,
+            "executor overhead against the same kernels back to back: median {m:.2}%, worst {w:.2}%"
         );
     }
     s

@@ -147,6 +147,22 @@ fn validate_writes_new_predictions_and_reads_the_overhead_baseline() {
         let o = c["executor_overhead_pct"].as_f64().unwrap();
         assert!((o - 2.0).abs() < 1e-6, "{c}");
     }
+    let w = v["summary"]["worst_executor_overhead_pct"]
+        .as_f64()
+        .unwrap();
+    assert!((w - 2.0).abs() < 1e-6, "{}", v["summary"]);
+    let table = bin()
+        .args(["validate", run.to_str().unwrap()])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let table = String::from_utf8(table).unwrap();
+    assert!(
+        table.contains("back to back: median 2.00%, worst 2.00%"),
+        "{table}"
+    );
     for s in ["sequential", "flash"] {
         let p = out.join("case-b").join(format!("predicted-{s}.json"));
         let t: Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();

@@ -160,10 +160,12 @@ pub(super) fn calibrate(
         .map(|(&(m, n, k), &secs)| GemmSample { m, n, k, secs })
         .collect();
 
-    // Bandwidth: a 1 GiB copy and a 1 GiB-per-operand add; launch cost: 256 tiny adds.
+    // Bandwidth: a 1 GiB copy and a 1 GiB-per-operand add; launch cost: 256 tiny adds,
+    // each timed as `run` times an op (one shared event between two kernels).
     let elems: u64 = 1 << 29;
     let mut p = fc::Program {
         streams: vec![0],
+        shared_boundaries: true,
         ..Default::default()
     };
     let (x, y) = (random(&mut p, elems, 4), random(&mut p, elems, 5));

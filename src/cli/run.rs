@@ -261,23 +261,20 @@ pub fn measure(
         let predicted =
             Timeline::predicted(&sc.name, &name, &plan, &sc.hardware.topology, &res, peak);
         let measured = Timeline::measured(&sc.name, &name, &plan, &r.times, peak);
+        let makespan = metrics(&measured).makespan;
         eprintln!(
             "{name}: measured {:.1} µs (runs {:.1}..{:.1} µs) on {}",
-            metrics(&measured).makespan * 1e6,
+            makespan * 1e6,
             r.makespans.iter().cloned().fold(f64::INFINITY, f64::min) * 1e6,
             r.makespans.iter().cloned().fold(0.0, f64::max) * 1e6,
             r.devices.join(", ")
         );
         if let Some(b) = r.back_to_back {
-            let med = {
-                let mut v = r.makespans.clone();
-                v.sort_by(f64::total_cmp);
-                v[v.len() / 2]
-            };
+            // As `validate` reports it: the median repetition's makespan over the baseline.
             eprintln!(
                 "{name}: the same kernels back to back {:.1} µs (executor overhead {:+.2}%)",
                 b * 1e6,
-                (med / b - 1.0) * 100.0
+                (makespan / b - 1.0) * 100.0
             );
         }
         if r.gate_timeouts > 0 {
@@ -302,7 +299,7 @@ pub fn measure(
     Ok(out)
 }
 
-fn stem(s: &str) -> String {
+pub(super) fn stem(s: &str) -> String {
     s.replace(':', "-")
 }
 

@@ -5,7 +5,7 @@
 //! used. Needs no GPU.
 
 use super::simulate::Format;
-use super::{CliError, run::RunFile, run::plan_for};
+use super::{CliError, run::RunFile, run::plan_for, run::stem};
 use crate::config;
 use crate::exec::sim::{SimOptions, simulate};
 use crate::io::write_atomic;
@@ -45,10 +45,6 @@ fn read_timeline(path: &Path) -> Result<Timeline, CliError> {
     let f: TimelineFile = serde_json::from_str(&text)
         .map_err(|e| CliError::input(format!("{}: {e}", path.display())))?;
     Timeline::try_from(f).map_err(|e| CliError::input(format!("{}: {e}", path.display())))
-}
-
-fn stem(s: &str) -> String {
-    s.replace(':', "-")
 }
 
 /// The comparisons of one run directory.

@@ -250,7 +250,7 @@ pub struct Loaded {
     /// One element for the start barrier of a multi-process run.
     barrier: drv::CUdeviceptr,
     /// The start gate: two words of mapped, pinned host memory ([open, timed out]),
-    /// null when the gate is off.
+    /// allocated in `build` (null only if building failed before).
     gate: *mut u32,
 }
 

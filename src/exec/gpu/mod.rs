@@ -268,10 +268,10 @@ impl ReductionCalibration {
     /// the simulator, on `hw` (its interference parameters otherwise as they are),
     /// reproduces the chain's measured slowdowns: the same chain planned and simulated,
     /// per GEMM and per add measured as `calibrate` measures them, each against its own
-    /// simulated time alone. Found by alternating bisections (an add's time rises with
-    /// its slowdown, a GEMM step's with the GEMM's); each is clamped to its range when
-    /// the target is out of reach. Needs SM admission to differ from
-    /// [`Self::slowdowns`], which assumes every add runs beside a GEMM throughout.
+    /// simulated time alone. Found by a grid search over each slowdown's range (1 to
+    /// `MAX_GEMM_SLOWDOWN`, 1 to `MAX_REDUCTION_SLOWDOWN`), refined twice around the
+    /// best point. Without SM admission it lands near [`Self::slowdowns`], which assumes
+    /// every add runs beside a GEMM throughout.
     pub fn fit_slowdowns(&self, hw: &crate::scenario::Hardware) -> Result<(f64, f64), GpuError> {
         use crate::exec::sim::SimError;
         let Some(base) = hw.interference.clone() else {
@@ -366,47 +366,45 @@ pub const CHAIN_STEPS: usize = 8;
 const MAX_REDUCTION_SLOWDOWN: f64 = 20.0;
 const MAX_GEMM_SLOWDOWN: f64 = 3.0;
 
-/// The chain `calibrate` times, as a one-rank plan: `steps` GEMMs of `shape` on a compute
-/// stream and, with `adds`, after each the add of its output on a communication stream;
-/// with the plan, its GEMM ops and its add ops.
+/// A chain plan with its GEMM ops and its add ops.
 type ChainPlan = (Plan, Vec<crate::plan::OpId>, Vec<crate::plan::OpId>);
 
+/// The chain `calibrate` times, as a one-rank plan: `steps` GEMMs of `shape` on a compute
+/// stream and, with `adds`, after each the add of its output on a communication stream.
 fn chain_plan(
     (m, n, k): (u64, u64, u64),
     steps: usize,
     adds: bool,
 ) -> Result<ChainPlan, PlanError> {
     use crate::plan::{EltKind, OpKind, OpTag, PlanBuilder, StreamKind};
-    {
-        let mut b = PlanBuilder::new(1).without_dataflow();
-        b.site("chain");
-        let c = b.stream(0, "compute", StreamKind::Compute);
-        let s = b.stream(0, "reduce", StreamKind::Comm);
-        let (mut gs, mut ads) = (Vec::new(), Vec::new());
-        for step in 0..steps {
-            let t = OpTag {
-                site: 0,
-                step: step as u32,
-                slice: 0,
+    let mut b = PlanBuilder::new(1).without_dataflow();
+    b.site("chain");
+    let c = b.stream(0, "compute", StreamKind::Compute);
+    let s = b.stream(0, "reduce", StreamKind::Comm);
+    let (mut gs, mut ads) = (Vec::new(), Vec::new());
+    for step in 0..steps {
+        let t = OpTag {
+            site: 0,
+            step: step as u32,
+            slice: 0,
+        };
+        let gemm = OpKind::Gemm {
+            m,
+            n,
+            k,
+            dtype: crate::scenario::DType::Bf16,
+        };
+        let g = b.single(c, gemm, &[], t)?;
+        gs.push(g);
+        if adds {
+            let add = OpKind::Elementwise {
+                kind: EltKind::Add,
+                bytes: crate::cost::add_traffic(m.saturating_mul(n).saturating_mul(2)),
             };
-            let gemm = OpKind::Gemm {
-                m,
-                n,
-                k,
-                dtype: crate::scenario::DType::Bf16,
-            };
-            let g = b.single(c, gemm, &[], t)?;
-            gs.push(g);
-            if adds {
-                let add = OpKind::Elementwise {
-                    kind: EltKind::Add,
-                    bytes: crate::cost::add_traffic(m.saturating_mul(n).saturating_mul(2)),
-                };
-                ads.push(b.single(s, add, &[g], t)?);
-            }
+            ads.push(b.single(s, add, &[g], t)?);
         }
-        Ok((b.finish()?, gs, ads))
     }
+    Ok((b.finish()?, gs, ads))
 }
 
 /// What `calibrate` measured on one GPU (bf16).

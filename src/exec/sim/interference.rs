@@ -18,10 +18,10 @@
 //! join the reductions as *side ops*, and a side op that starts while a GEMM still fills
 //! every SM (before that GEMM's last, partial wave: [`cost::gemm_partial_tail`]; a GEMM
 //! that starts at the same instant counts, it takes the SMs first) is *blocked*: it makes
-//! no progress until no running GEMM fills the GPU. Once admitted it keeps its SMs; it runs at the reduction slowdown while a
-//! GEMM fills the GPU beside it and at full rate beside a GEMM's partial last wave. Each
-//! GEMM then also gets a *tail* event at its last wave's start, where blocked ops are
-//! admitted.
+//! no progress until no running GEMM fills the GPU. Once admitted it keeps its SMs; it
+//! runs at the reduction slowdown while a GEMM fills the GPU beside it and at full rate
+//! beside a GEMM's partial last wave. Each GEMM then also gets a *tail* event at its last
+//! wave's start, where blocked ops are admitted.
 //!
 //! Whenever a count changes, every running op of that rank whose factor changed keeps the
 //! work it has done (a fraction of its cost-model time), takes the new factor, and gets a
@@ -52,10 +52,10 @@ pub(super) struct InterferenceState {
     moving: Vec<u32>,
     gemms: Vec<u32>,
     /// Per rank, side ops running and admitted.
-    reductions: Vec<u32>,
+    side_ops: Vec<u32>,
     /// Per op: it is a side op (a reduction; with SM admission also a copy on a
     /// communication stream).
-    is_reduction: Vec<bool>,
+    is_side: Vec<bool>,
     /// Per op: a running side op holds SMs (always, without SM admission).
     admitted: Vec<bool>,
     /// Per GEMM: the fraction of its time in a last wave that leaves SMs idle (NaN until
@@ -80,8 +80,8 @@ impl InterferenceState {
             posted: vec![0; ranks],
             moving: vec![0; ranks],
             gemms: vec![0; ranks],
-            reductions: vec![0; ranks],
-            is_reduction: plan
+            side_ops: vec![0; ranks],
+            is_side: plan
                 .ops
                 .iter()
                 .map(|o| {
@@ -127,11 +127,10 @@ impl InterferenceState {
         }
         // Without SM admission a side op holds SMs from its start; with it, the next
         // refresh decides.
-        let admitted =
-            self.is_reduction[op as usize] && !self.model.params.memory_ops_wait_for_gemm_sms;
+        let admitted = self.is_side[op as usize] && !self.model.params.memory_ops_wait_for_gemm_sms;
         self.admitted[op as usize] = admitted;
         if admitted {
-            self.reductions[r] += 1;
+            self.side_ops[r] += 1;
         }
         self.running[r].push(op);
         let p = &mut self.progress[op as usize];
@@ -150,7 +149,7 @@ impl InterferenceState {
         }
         if self.admitted[op as usize] {
             self.admitted[op as usize] = false;
-            self.reductions[r] -= 1;
+            self.side_ops[r] -= 1;
         }
         if let Some(i) = self.running[r].iter().position(|&x| x == op) {
             self.running[r].remove(i);
@@ -235,7 +234,7 @@ impl InterferenceState {
         let o = &plan.ops[op as usize];
         let r = o.rank as usize;
         let admission = self.model.params.memory_ops_wait_for_gemm_sms;
-        if admission && self.is_reduction[op as usize] {
+        if admission && self.is_side[op as usize] {
             if !self.admitted[op as usize] {
                 return Ok(f64::INFINITY);
             }
@@ -271,7 +270,7 @@ impl InterferenceState {
                 } else {
                     1.0
                 };
-                let red = if self.reductions[r] > 0 {
+                let red = if self.side_ops[r] > 0 {
                     p.gemm_slowdown_beside_reduction
                 } else {
                     1.0
@@ -279,7 +278,7 @@ impl InterferenceState {
                 sm * hbm * red
             }
             _ if self.gemms[r] == 0 => 1.0,
-            _ if self.is_reduction[op as usize] => p.reduction_slowdown_beside_gemm,
+            _ if self.is_side[op as usize] => p.reduction_slowdown_beside_gemm,
             _ => p.memory_op_slowdown_beside_gemm,
         })
     }
@@ -298,41 +297,38 @@ impl InterferenceState {
         let r = rank as usize;
         let admission = self.model.params.memory_ops_wait_for_gemm_sms;
         if admission {
-            for i in 0..self.running[r].len() {
-                let op = self.running[r][i];
-                self.tail_of(gpu, plan, op)?;
-            }
             // Blocked side ops get SMs once no running GEMM fills the GPU. One admitted at
             // this very instant is decided again: a GEMM that starts at the same time
             // (processed after it) takes the SMs first.
             for i in 0..self.running[r].len() {
                 let op = self.running[r][i];
                 let o = op as usize;
-                if !self.is_reduction[o] || (self.admitted[o] && self.progress[o].started < now) {
+                if !self.is_side[o] || (self.admitted[o] && self.progress[o].started < now) {
                     continue;
                 }
                 let admit = !self.gemm_fills_sms(gpu, plan, r, now, &base)?;
                 if admit != self.admitted[o] {
                     self.admitted[o] = admit;
                     if admit {
-                        self.reductions[r] += 1;
+                        self.side_ops[r] += 1;
                     } else {
-                        self.reductions[r] -= 1;
+                        self.side_ops[r] -= 1;
                     }
                 }
             }
         }
-        // Factors first (they read the other ops' progress as it stands), then re-rate.
-        let mut factors = Vec::with_capacity(self.running[r].len());
+        // Re-rating an op keeps its progress at `now`, which is what a later op's factor
+        // reads of it (`fills_sms`), so one pass does.
         for i in 0..self.running[r].len() {
             let op = self.running[r][i];
-            factors.push(self.factor(gpu, plan, op, now, &base)?);
-        }
-        for (i, f) in factors.into_iter().enumerate() {
-            let op = self.running[r][i];
+            let f = self.factor(gpu, plan, op, now, &base)?;
             let d = base(op);
             let is_gemm = matches!(plan.ops[op as usize].kind, OpKind::Gemm { .. });
-            let tail = self.tail[op as usize];
+            let tail = if admission && is_gemm {
+                self.tail_of(gpu, plan, op)?
+            } else {
+                0.0
+            };
             let p = &mut self.progress[op as usize];
             if p.factor == f {
                 continue;
@@ -345,7 +341,7 @@ impl InterferenceState {
             p.version = p.version.wrapping_add(1);
             if f.is_finite() {
                 out.push((op, now + p.left * d * f, p.version, false));
-                if admission && is_gemm && tail > 0.0 && p.left > tail + 1e-9 {
+                if tail > 0.0 && p.left > tail + 1e-9 {
                     out.push((op, now + (p.left - tail) * d * f, p.version, true));
                 }
             }

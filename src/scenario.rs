@@ -193,6 +193,8 @@ pub struct CommParams {
     /// Fixed cost of a later step of a collective that runs as one kernel (the
     /// protocol's synchronisation between steps, no launch), seconds.
     pub step_latency: f64,
+    /// How NCCL runs collectives here (channels, algorithm and protocol choice).
+    pub nccl: crate::cost::nccl::NcclConfig,
 }
 
 /// How transfers move between GPUs.

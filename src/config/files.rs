@@ -159,6 +159,27 @@ pub struct CommFile {
     /// A later step of a one-kernel collective; default: `message_latency_us`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step_latency_us: Option<f64>,
+    /// How NCCL runs collectives on this machine (channels, its tables' generation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl: Option<NcclFile>,
+}
+
+/// `[comm.nccl]`: every key optional.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NcclFile {
+    /// Compute capability × 10 of the GPUs (90: Hopper), selecting NCCL's tables.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sm: Option<i64>,
+    /// Ring/tree channels; default: what NCCL picks on the topology.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channels: Option<i64>,
+    /// The most one channel moves, GB/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel_gbps: Option<f64>,
+    /// `intel` or `amd` (NCCL's LL ceiling and network overhead across nodes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<String>,
 }
 
 /// One struct for every topology kind; which keys are required depends on `kind`.

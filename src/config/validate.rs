@@ -55,6 +55,68 @@ fn fraction(file: &str, key: &str, v: f64) -> R<f64> {
     Ok(v)
 }
 
+/// The most channels NCCL runs a collective on (`MAXCHANNELS`).
+pub const MAX_CHANNELS: u64 = 64;
+
+fn nccl_from_file(file: &str, n: &NcclFile) -> R<crate::cost::nccl::NcclConfig> {
+    use crate::cost::nccl::{CpuVendor, NcclConfig};
+    let d = NcclConfig::default();
+    let sm = match n.sm {
+        None => d.sm,
+        Some(v) if (30..=150).contains(&v) => v as u32,
+        Some(v) => {
+            return Err(ConfigError::invalid(
+                file,
+                "comm.nccl.sm",
+                v,
+                "must be a compute capability × 10, 30..150 (90 for Hopper)",
+            ));
+        }
+    };
+    let channels = match n.channels {
+        None => None,
+        Some(v) if (1..=MAX_CHANNELS as i64).contains(&v) => Some(v as u32),
+        Some(v) => {
+            return Err(ConfigError::invalid(
+                file,
+                "comm.nccl.channels",
+                v,
+                "must be 1..64 (NCCL's MAXCHANNELS)",
+            ));
+        }
+    };
+    let channel_bandwidth = match n.channel_gbps {
+        None => None,
+        Some(v) if v.is_finite() && v > 0.0 => Some(v * 1e9),
+        Some(v) => {
+            return Err(ConfigError::invalid(
+                file,
+                "comm.nccl.channel_gbps",
+                v,
+                "must be a finite, positive GB/s",
+            ));
+        }
+    };
+    let cpu = match n.cpu.as_deref() {
+        None | Some("intel") => CpuVendor::Intel,
+        Some("amd") => CpuVendor::Amd,
+        Some(v) => {
+            return Err(ConfigError::invalid(
+                file,
+                "comm.nccl.cpu",
+                v,
+                "must be `intel` or `amd`",
+            ));
+        }
+    };
+    Ok(NcclConfig {
+        sm,
+        channels,
+        channel_bandwidth,
+        cpu,
+    })
+}
+
 pub fn model_from_file(file: &str, m: ModelFile) -> R<Model> {
     version(file, m.version)?;
     let hidden = positive(file, "hidden", m.hidden)?;
@@ -170,6 +232,10 @@ pub fn hardware_from_file(file: &str, h: HardwareFile) -> R<Hardware> {
         step_latency: match h.comm.step_latency_us {
             Some(v) => non_negative_f(file, "comm.step_latency_us", v)? * 1e-6,
             None => message_latency,
+        },
+        nccl: match &h.comm.nccl {
+            None => crate::cost::nccl::NcclConfig::default(),
+            Some(n) => nccl_from_file(file, n)?,
         },
     };
     let interference = match &h.interference {

@@ -1,6 +1,8 @@
 //! The cost model: pure functions from shapes and hardware parameters to seconds.
 //! No state, no I/O; the engine calls these once per op.
 
+pub mod nccl;
+
 use crate::scenario::{DType, GpuSpec};
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -38,6 +38,28 @@ pub struct StreamInfo {
     pub rank: u32,
     pub name: String,
     pub kind: StreamKind,
+    /// Index into [`Plan::wires`]: the messages of this stream move as one NCCL channel
+    /// of a collective with those parameters; `None`: the hardware's own message costs.
+    pub wire: Option<u32>,
+}
+
+/// How the messages of one NCCL channel move (a collective's protocol and channel, as
+/// `strategy::nccl` derives them): what the simulator charges instead of the hardware
+/// profile's per-message costs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Wire {
+    /// Bytes on the wire per payload byte (LL sends a flag with every 4 bytes: 2;
+    /// LL128 one 8-byte flag per 128-byte line: 128/120; Simple: 1).
+    pub factor: f64,
+    /// The most one message of this channel moves per second (wire bytes), whatever the
+    /// links leave it; `+inf`: none.
+    pub cap: f64,
+    /// Seconds a collective's first step pays once (the kernel's launch and set-up).
+    pub launch_latency: f64,
+    /// Seconds each step pays between GPUs of one node, and between nodes (these
+    /// replace the route's link latencies: NCCL's figures include them).
+    pub intra_step_latency: f64,
+    pub inter_step_latency: f64,
 }
 
 /// Elementwise kernels.
@@ -219,6 +241,8 @@ pub struct Op {
 pub struct Plan {
     pub ranks: u32,
     pub streams: Vec<StreamInfo>,
+    /// Channel parameters that streams point to (see [`StreamInfo::wire`]).
+    pub wires: Vec<Wire>,
     pub ops: Vec<Op>,
     pub sites: Vec<String>,
     /// Useful model FLOPs of the whole plan (for MFU), as the strategy counts them.
@@ -368,6 +392,7 @@ impl Plan {
 pub struct PlanBuilder {
     ranks: u32,
     streams: Vec<StreamInfo>,
+    wires: Vec<Wire>,
     ops: Vec<Op>,
     sites: Vec<String>,
     dep_start: Vec<u32>,
@@ -393,6 +418,7 @@ impl PlanBuilder {
         PlanBuilder {
             ranks,
             streams: Vec::new(),
+            wires: Vec::new(),
             ops: Vec::new(),
             sites: Vec::new(),
             dep_start: vec![0],
@@ -451,8 +477,26 @@ impl PlanBuilder {
             rank,
             name: name.to_string(),
             kind,
+            wire: None,
         });
         (self.streams.len() - 1) as StreamId
+    }
+
+    /// Register channel parameters for [`PlanBuilder::channel_stream`].
+    pub fn wire(&mut self, w: Wire) -> u32 {
+        if let Some(i) = self.wires.iter().position(|x| *x == w) {
+            return i as u32;
+        }
+        self.wires.push(w);
+        (self.wires.len() - 1) as u32
+    }
+
+    /// Declare a communication stream on `rank` whose messages move as an NCCL channel
+    /// with the parameters `wire` (from [`PlanBuilder::wire`]).
+    pub fn channel_stream(&mut self, rank: u32, name: &str, wire: u32) -> StreamId {
+        let s = self.stream(rank, name, StreamKind::Comm);
+        self.streams[s as usize].wire = Some(wire);
+        s
     }
 
     /// Declare a buffer on `rank`: `rows × cols` elements of `dtype`, row-major.

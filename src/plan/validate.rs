@@ -83,6 +83,7 @@ pub(super) fn finish(b: PlanBuilder) -> Result<Plan, PlanError> {
     let PlanBuilder {
         ranks,
         streams,
+        wires,
         ops,
         sites,
         dep_start,
@@ -140,6 +141,7 @@ pub(super) fn finish(b: PlanBuilder) -> Result<Plan, PlanError> {
     let mut plan = Plan {
         ranks,
         streams,
+        wires,
         ops,
         sites,
         model_flops,

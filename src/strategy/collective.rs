@@ -12,7 +12,7 @@
 //! instead pipelined down and up the trees.
 
 use super::StrategyError;
-use crate::plan::{OpId, OpKind, OpTag, Plan, PlanBuilder, PlanError, StreamId, StreamKind};
+use crate::plan::{OpId, OpKind, OpTag, Plan, PlanBuilder, PlanError, StreamId, StreamKind, Wire};
 use std::fmt;
 
 /// Which collective.
@@ -142,6 +142,46 @@ pub struct CollectiveSpec {
     pub bytes: u64,
     /// Independent parts (streams) or, for `tree`, pipelined chunks; ≥ 1.
     pub chunks: u32,
+    /// Ring and tree as NCCL runs them (channels with rail-aligned orders and the
+    /// protocol's wire costs); `None`: one ring (or heap-ordered tree) per chunk in rank
+    /// order, at the hardware's own message costs.
+    pub nccl: Option<NcclChannels>,
+}
+
+/// Buffer slots of an NCCL channel connection (NCCL's `NCCL_STEPS`): a receiver can
+/// hold this many steps in flight.
+pub const NCCL_STEPS: u64 = 8;
+
+/// NCCL's channels for a ring or tree collective.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NcclChannels {
+    /// Channels, each with 1/C of the data on streams of its own.
+    pub channels: u32,
+    /// GPUs per node: rank r is on node r / node_size (ranks fill nodes in order).
+    pub node_size: u32,
+    /// What each channel's messages cost (protocol, NCCL latencies, ceiling).
+    pub wire: Wire,
+}
+
+/// Channel `c`'s ring over `n` ranks in nodes of `g`, position → rank. Inside each node
+/// the ring starts at local GPU `c mod g` (the rail whose NIC it enters and leaves
+/// through: the next node is entered at the same local GPU) and walks the node's GPUs up
+/// from there, or down on every other round of `g` channels, as NCCL's rail-aligned
+/// rings do (its logs show per-channel in-node orders such as `0 5 4 7 6 3 2 1`); nodes
+/// follow in order. With one node (or ranks that do not fill whole nodes) every channel
+/// is the same cycle, alternately reversed.
+pub fn ring_order(n: u64, g: u64, c: u64) -> Vec<u64> {
+    let g = if g == 0 || g > n || n % g != 0 { n } else { g };
+    let x = c % g;
+    let rev = (c / g) % 2 == 1;
+    let mut out = Vec::with_capacity(n as usize);
+    for node in 0..n / g {
+        for i in 0..g {
+            let local = if rev { (x + g - i) % g } else { (x + i) % g };
+            out.push(node * g + local);
+        }
+    }
+    out
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -156,6 +196,8 @@ pub enum CollectiveError {
     TooFewRanks(u32),
     #[error("chunks must be at least 1")]
     NoChunks,
+    #[error("a collective needs at least 1 channel")]
+    NoChannels,
     #[error(
         "this collective is not the same on every rank up to a rotation by {shift} of {ranks} ranks (a tree, or messages of unequal sizes)"
     )]
@@ -238,6 +280,16 @@ impl Builder {
             .collect()
     }
 
+    /// Channel streams: with a wire, NCCL channel streams of it.
+    fn channel_streams(&mut self, name: &str, wire: Option<u32>) -> Vec<StreamId> {
+        match wire {
+            None => self.streams(name),
+            Some(w) => (0..self.held)
+                .map(|r| self.b.channel_stream(r, name, w))
+                .collect(),
+        }
+    }
+
     /// Tags of one step: one per sending rank (and per destination for direct); in a
     /// symmetric plan one for all (a representative's tag stands for its translates).
     fn tags(&mut self, count: usize) -> Vec<u64> {
@@ -247,32 +299,77 @@ impl Builder {
         (0..count).map(|_| self.b.msg_tag()).collect()
     }
 
-    /// Ring steps `first..first + steps` of one chunk: at step k rank r sends block
-    /// `block(r, k)` to r + 1 (`sizes[block]` bytes) and receives r − 1's.
+    /// Ring steps `first..first + steps` of one chunk around the ring `order` (position
+    /// → rank; `pos` its inverse): at step k the rank at position p sends block
+    /// `block(p, k)` to the next position's rank (`sizes[block]` bytes) and receives the
+    /// previous one's. With `split` (NCCL channels), sends and receives run on streams
+    /// of their own — `split.0` the send and receive streams of each buffer slot
+    /// ([`NCCL_STEPS`] per rank, step k on slot k mod NCCL_STEPS: per slot, the ranks'
+    /// send streams, then their receive streams), `split.1` each rank's last receive —
+    /// and a step's send waits only for the receive of the step before (the block it
+    /// forwards): a channel has buffer slots, so a receiver is ready for the next steps
+    /// before the last one lands and latencies add up along a block's path, as in
+    /// NCCL's model.
+    /// Without it, one group per step (send and receive together, NCCL-group style).
+    #[allow(clippy::too_many_arguments)]
     fn ring(
         &mut self,
         streams: &[StreamId],
+        (order, pos): (&[u64], &[u64]),
         sizes: &[u64],
         steps: u64,
         first: u64,
         c: u64,
         block: impl Fn(u64, u64) -> u64,
+        mut split: Option<(&[StreamId], &mut Vec<Option<OpId>>)>,
     ) -> Result<(), PlanError> {
         let n = self.n as u64;
         for k in 0..steps {
             let tags = self.tags(n as usize);
             for r in 0..self.held as u64 {
-                let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
-                let send = sizes[block(r, k) as usize];
-                let recv = sizes[block(prev, k) as usize];
-                self.group(
-                    streams[r as usize],
-                    &[(next as u32, send, tags[r as usize])],
-                    &[(prev as u32, recv, tags[prev as usize])],
-                    &[],
-                    tag(first + k, c),
-                    first + k > 0,
-                )?;
+                let p = pos[r as usize];
+                let (next, prev) = (
+                    order[((p + 1) % n) as usize],
+                    order[((p + n - 1) % n) as usize],
+                );
+                let send = sizes[block(p, k) as usize];
+                let recv = sizes[block((p + n - 1) % n, k) as usize];
+                let t = tag(first + k, c);
+                let fused = first + k > 0;
+                match split.as_mut() {
+                    None => {
+                        self.group(
+                            streams[r as usize],
+                            &[(next as u32, send, tags[r as usize])],
+                            &[(prev as u32, recv, tags[prev as usize])],
+                            &[],
+                            t,
+                            fused,
+                        )?;
+                    }
+                    Some((slots, last)) => {
+                        let deps: Vec<OpId> = last[r as usize].into_iter().collect();
+                        let slot = ((first + k) % NCCL_STEPS) as usize;
+                        let held = self.held as usize;
+                        self.group(
+                            slots[2 * slot * held + r as usize],
+                            &[(next as u32, send, tags[r as usize])],
+                            &[],
+                            &deps,
+                            t,
+                            fused,
+                        )?;
+                        let got = self.group(
+                            slots[(2 * slot + 1) * held + r as usize],
+                            &[],
+                            &[(prev as u32, recv, tags[prev as usize])],
+                            &[],
+                            t,
+                            fused,
+                        )?;
+                        last[r as usize] = got.first().copied();
+                    }
+                }
             }
         }
         Ok(())
@@ -341,86 +438,146 @@ impl Builder {
         Ok(())
     }
 
-    /// The double binary tree all-reduce of `bytes`, half on each tree, each half in
-    /// `chunks` pipelined chunks.
-    fn tree(&mut self, bytes: u64, chunks: u64) -> Result<(), PlanError> {
-        let n = self.n as u64;
-        for (t, half) in split(bytes, 2).into_iter().enumerate() {
-            // Tree 0 puts rank p at heap position p, tree 1 at position N − 1 − p.
-            let rank = |p: u64| if t == 0 { p } else { n - 1 - p };
-            let names =
-                ["up-recv", "up-send", "down-recv", "down-send"].map(|s| format!("t{t}-{s}"));
-            let [ur, us, dr, ds] = [0, 1, 2, 3].map(|i| self.streams(&names[i]));
-            let sizes = split(half, chunks);
-            for (c, &sz) in sizes.iter().enumerate() {
-                let c = c as u64;
-                // Tags per position: up (to parent) and down (from parent).
-                let up = self.tags(n as usize);
-                let down = self.tags(n as usize);
-                // Reduce: positions in reverse heap order so children come first (not
-                // needed for correctness; keeps ids readable).
-                let mut reduced = vec![None; n as usize];
-                for p in (0..n).rev() {
-                    let r = rank(p);
-                    let kids: Vec<u64> = [2 * p + 1, 2 * p + 2]
-                        .into_iter()
-                        .filter(|&k| k < n)
-                        .collect();
-                    let recvs: Vec<_> = kids
-                        .iter()
-                        .map(|&k| (rank(k) as u32, sz, up[k as usize]))
-                        .collect();
-                    let got = if recvs.is_empty() {
-                        Vec::new()
-                    } else {
-                        self.group(ur[r as usize], &[], &recvs, &[], tag(c, 0), c > 0)?
-                    };
-                    if p > 0 {
-                        let parent = rank((p - 1) / 2) as u32;
-                        self.group(
-                            us[r as usize],
-                            &[(parent, sz, up[p as usize])],
-                            &[],
-                            &got,
-                            tag(c, 0),
-                            c > 0,
-                        )?;
-                    }
-                    reduced[p as usize] = Some(got);
+    /// A tree all-reduce of `bytes` in `sizes.len()` pipelined chunks over the tree
+    /// given by `parent` (rank → its parent, `None` at the root) and `children`: reduce
+    /// up (each rank receives from its children, then sends to its parent), broadcast
+    /// down (the root once it has reduced a chunk, the others as they receive it). Four
+    /// streams per rank named `{name}-up-recv` etc., so chunks pipeline.
+    fn tree_allreduce(
+        &mut self,
+        name: &str,
+        wire: Option<u32>,
+        parent: &[Option<u64>],
+        children: &[Vec<u64>],
+        sizes: &[u64],
+        c: u64,
+    ) -> Result<(), PlanError> {
+        let n = self.n as usize;
+        let names = ["up-recv", "up-send", "down-recv", "down-send"].map(|s| format!("{name}-{s}"));
+        let [ur, us, dr, ds] = [0, 1, 2, 3].map(|i| self.channel_streams(&names[i], wire));
+        for (k, &sz) in sizes.iter().enumerate() {
+            let k = k as u64;
+            // Tags per rank: of its send up to its parent, of its parent's send down to it.
+            let up = self.tags(n);
+            let down = self.tags(n);
+            let mut reduced = vec![Vec::new(); n];
+            for r in 0..n {
+                let recvs: Vec<_> = children[r]
+                    .iter()
+                    .map(|&ch| (ch as u32, sz, up[ch as usize]))
+                    .collect();
+                let got = if recvs.is_empty() {
+                    Vec::new()
+                } else {
+                    self.group(ur[r], &[], &recvs, &[], tag(k, c), k > 0)?
+                };
+                if let Some(p) = parent[r] {
+                    // As one NCCL kernel the tree pays its launch once, where it starts:
+                    // at the leaves' first sends; later hops pay the per-step latency.
+                    let fused = k > 0 || (wire.is_some() && !children[r].is_empty());
+                    self.group(us[r], &[(p as u32, sz, up[r])], &[], &got, tag(k, c), fused)?;
                 }
-                // Broadcast: the root sends once it has reduced chunk c; the others
-                // forward what they receive.
-                for p in 0..n {
-                    let r = rank(p);
-                    let kids: Vec<u64> = [2 * p + 1, 2 * p + 2]
-                        .into_iter()
-                        .filter(|&k| k < n)
+                reduced[r] = got;
+            }
+            for r in 0..n {
+                let ready = match parent[r] {
+                    None => std::mem::take(&mut reduced[r]),
+                    Some(p) => self.group(
+                        dr[r],
+                        &[],
+                        &[(p as u32, sz, down[r])],
+                        &[],
+                        tag(k, c + 1),
+                        k > 0,
+                    )?,
+                };
+                if !children[r].is_empty() {
+                    let sends: Vec<_> = children[r]
+                        .iter()
+                        .map(|&ch| (ch as u32, sz, down[ch as usize]))
                         .collect();
-                    let ready = if p == 0 {
-                        reduced[0].take().unwrap_or_default()
-                    } else {
-                        let parent = rank((p - 1) / 2) as u32;
-                        self.group(
-                            dr[r as usize],
-                            &[],
-                            &[(parent, sz, down[p as usize])],
-                            &[],
-                            tag(c, 1),
-                            c > 0,
-                        )?
-                    };
-                    if !kids.is_empty() {
-                        let sends: Vec<_> = kids
-                            .iter()
-                            .map(|&k| (rank(k) as u32, sz, down[k as usize]))
-                            .collect();
-                        self.group(ds[r as usize], &sends, &[], &ready, tag(c, 1), c > 0)?;
-                    }
+                    let fused = k > 0 || wire.is_some();
+                    self.group(ds[r], &sends, &[], &ready, tag(k, c + 1), fused)?;
                 }
             }
         }
         Ok(())
     }
+
+    /// The double binary tree all-reduce of `bytes` over all ranks (no nodes), half on
+    /// each tree, each half in `chunks` pipelined chunks: tree 0 puts rank p at heap
+    /// position p, tree 1 at position N − 1 − p.
+    fn tree(&mut self, bytes: u64, chunks: u64) -> Result<(), PlanError> {
+        let n = self.n as u64;
+        for (t, half) in split(bytes, 2).into_iter().enumerate() {
+            let at = |p: u64| if t == 0 { p } else { n - 1 - p };
+            let (parent, children) = heap_tree(n, &at);
+            let sizes = split(half, chunks);
+            self.tree_allreduce(&format!("t{t}"), None, &parent, &children, &sizes, 0)?;
+        }
+        Ok(())
+    }
+
+    /// NCCL's tree all-reduce on channels: channel c's tree is a chain inside each node
+    /// from its head (local GPU `c mod g`, whose NIC it uses), the node heads joined by a
+    /// binary tree over nodes (heap order; the second tree of the double binary tree
+    /// mirrors it), channels alternating between the two trees.
+    fn nccl_tree(&mut self, bytes: u64, chunks: u64, nc: NcclChannels) -> Result<(), PlanError> {
+        let n = self.n as u64;
+        let g = nc.node_size as u64;
+        let g = if g == 0 || g > n || n % g != 0 { n } else { g };
+        let nodes = n / g;
+        let ch = nc.channels as u64;
+        let w = self.b.wire(nc.wire);
+        for (c, part) in split(bytes, ch).into_iter().enumerate() {
+            let c = c as u64;
+            let t = if ch >= 2 * g { (c / g) % 2 } else { c % 2 };
+            let x = c % g;
+            let at = |p: u64| if t == 0 { p } else { nodes - 1 - p };
+            let (node_parent, node_children) = heap_tree(nodes, &at);
+            let mut parent = vec![None; n as usize];
+            let mut children = vec![Vec::new(); n as usize];
+            for node in 0..nodes {
+                let chain: Vec<u64> = (0..g).map(|i| node * g + (x + i) % g).collect();
+                for i in 1..g as usize {
+                    parent[chain[i] as usize] = Some(chain[i - 1]);
+                    children[chain[i - 1] as usize].push(chain[i]);
+                }
+                let head = chain[0] as usize;
+                parent[head] = node_parent[node as usize].map(|p| p * g + x);
+                children[head].extend(node_children[node as usize].iter().map(|&k| k * g + x));
+            }
+            let sizes = split(part, chunks);
+            self.tree_allreduce(
+                &format!("ch{c}"),
+                Some(w),
+                &parent,
+                &children,
+                &sizes,
+                2 * c,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// A binary tree over `n` members where member `at(p)` sits at heap position p: each
+/// member's parent and children.
+fn heap_tree(n: u64, at: &dyn Fn(u64) -> u64) -> (Vec<Option<u64>>, Vec<Vec<u64>>) {
+    let mut parent = vec![None; n as usize];
+    let mut children = vec![Vec::new(); n as usize];
+    for p in 0..n {
+        let m = at(p) as usize;
+        if p > 0 {
+            parent[m] = Some(at((p - 1) / 2));
+        }
+        children[m] = [2 * p + 1, 2 * p + 2]
+            .into_iter()
+            .filter(|&k| k < n)
+            .map(at)
+            .collect();
+    }
+    (parent, children)
 }
 
 /// The Plan of one collective.
@@ -433,13 +590,15 @@ pub fn build(spec: &CollectiveSpec) -> Result<Plan, CollectiveError> {
 /// step the same size (each chunk divisible by the rank count).
 pub fn is_rotation_invariant(spec: &CollectiveSpec) -> bool {
     let n = spec.ranks as u64;
+    let parts = match spec.nccl {
+        Some(c) if spec.algorithm == Algorithm::Ring => c.channels as u64,
+        _ => spec.chunks as u64,
+    };
     spec.algorithm != Algorithm::Tree
-        && spec.chunks > 0
+        && parts > 0
         && n > 0
         && (spec.op == CollectiveOp::SendRecv
-            || split(spec.bytes, spec.chunks as u64)
-                .iter()
-                .all(|&p| p % n == 0))
+            || split(spec.bytes, parts).iter().all(|&p| p % n == 0))
 }
 
 /// The Plan of one collective, symmetric (ranks `0..shift` standing for all, see
@@ -472,8 +631,28 @@ pub fn build_with(spec: &CollectiveSpec, shift: Option<u32>) -> Result<Plan, Col
     if spec.chunks == 0 {
         return Err(CollectiveError::NoChunks);
     }
+    if spec.nccl.is_some_and(|c| c.channels == 0) {
+        return Err(CollectiveError::NoChannels);
+    }
     let n = spec.ranks as u64;
-    let k = spec.chunks as u64;
+    // With NCCL channels a ring runs one part per channel; a tree `chunks` per channel.
+    let nccl = spec
+        .nccl
+        .filter(|_| matches!(spec.algorithm, Algorithm::Ring | Algorithm::Tree));
+    let k = match (nccl, spec.algorithm) {
+        (Some(c), Algorithm::Ring) => c.channels as u64,
+        (Some(c), _) => (c.channels as u64).saturating_mul(spec.chunks as u64),
+        (None, _) => spec.chunks as u64,
+    };
+    if let (Some(s), Some(c)) = (shift, nccl)
+        && c.node_size < spec.ranks
+        && s % c.node_size.max(1) != 0
+    {
+        return Err(CollectiveError::NotSymmetric {
+            shift: s,
+            ranks: spec.ranks,
+        });
+    }
     // Refuse before building what would pass the plan's op limit: the ring, direct and
     // pairwise algorithms post a send and a recv per rank per step, N − 1 steps per chunk
     // (two phases for all-reduce); the tree moves each chunk up and down a tree.
@@ -510,27 +689,96 @@ pub fn build_with(spec: &CollectiveSpec, shift: Option<u32>) -> Result<Plan, Col
     };
     b.b.site(spec.op.name());
     if spec.algorithm == Algorithm::Tree {
-        b.tree(spec.bytes, k)?;
+        match nccl {
+            Some(c) => b.nccl_tree(spec.bytes, spec.chunks as u64, c)?,
+            None => b.tree(spec.bytes, k)?,
+        }
         return Ok(b.b.finish()?);
     }
-    // Per chunk: the chunk's bytes, cut into N blocks (block j: rank j's share).
+    let wire = nccl.map(|c| b.b.wire(c.wire));
+    let identity: Vec<u64> = (0..n).collect();
+    // Per chunk (or channel): its bytes, cut into N blocks (block j: the share of the
+    // ring's position j, or of rank j).
     for (c, part) in split(spec.bytes, k).into_iter().enumerate() {
         let c = c as u64;
-        let streams = b.streams(&format!("ch{c}"));
+        let slotted = wire.is_some() && spec.algorithm == Algorithm::Ring;
+        let streams = if slotted {
+            Vec::new()
+        } else {
+            b.channel_streams(&format!("ch{c}"), wire)
+        };
         let blocks = split(part, n);
         let bl = |j: u64| blocks[j as usize];
+        let order = match nccl {
+            Some(nc) => ring_order(n, nc.node_size as u64, c),
+            None => identity.clone(),
+        };
+        let mut pos = vec![0u64; n as usize];
+        for (p, &r) in order.iter().enumerate() {
+            pos[r as usize] = p as u64;
+        }
+        let ring = (order.as_slice(), pos.as_slice());
+        let recv_streams = match wire {
+            Some(w) if slotted => (0..NCCL_STEPS)
+                .flat_map(|slot| {
+                    let mut v = b.channel_streams(&format!("ch{c}-send{slot}"), Some(w));
+                    v.extend(b.channel_streams(&format!("ch{c}-recv{slot}"), Some(w)));
+                    v
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        let mut last = vec![None; b.held as usize];
+        let split_on = !recv_streams.is_empty();
+        macro_rules! split {
+            () => {
+                split_on.then_some((recv_streams.as_slice(), &mut last))
+            };
+        }
         use Algorithm::*;
         use CollectiveOp::*;
         match (spec.op, spec.algorithm) {
-            (AllGather, Ring) => b.ring(&streams, &blocks, n - 1, 0, c, |r, s| (r + n - s) % n)?,
-            (ReduceScatter, Ring) => b.ring(&streams, &blocks, n - 1, 0, c, |r, s| {
-                (r + 2 * n - s - 1) % n
-            })?,
+            (AllGather, Ring) => b.ring(
+                &streams,
+                ring,
+                &blocks,
+                n - 1,
+                0,
+                c,
+                |p, s| (p + n - s) % n,
+                split!(),
+            )?,
+            (ReduceScatter, Ring) => b.ring(
+                &streams,
+                ring,
+                &blocks,
+                n - 1,
+                0,
+                c,
+                |p, s| (p + 2 * n - s - 1) % n,
+                split!(),
+            )?,
             (AllReduce, Ring) => {
-                b.ring(&streams, &blocks, n - 1, 0, c, |r, s| {
-                    (r + 2 * n - s - 1) % n
-                })?;
-                b.ring(&streams, &blocks, n - 1, n - 1, c, |r, s| (r + n - s) % n)?;
+                b.ring(
+                    &streams,
+                    ring,
+                    &blocks,
+                    n - 1,
+                    0,
+                    c,
+                    |p, s| (p + 2 * n - s - 1) % n,
+                    split!(),
+                )?;
+                b.ring(
+                    &streams,
+                    ring,
+                    &blocks,
+                    n - 1,
+                    n - 1,
+                    c,
+                    |p, s| (p + n - s) % n,
+                    split!(),
+                )?;
             }
             // All-gather: r's own block to everyone; reduce-scatter: block j to rank j.
             (AllGather, Direct) => b.direct(&streams, 0, c, |src, _| bl(src))?,
@@ -579,6 +827,7 @@ mod tests {
             ranks,
             bytes,
             chunks: 1,
+            nccl: None,
         }
     }
 

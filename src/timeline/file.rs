@@ -141,6 +141,7 @@ impl TryFrom<TimelineFile> for Timeline {
                 rank: s.rank,
                 name: s.name,
                 kind,
+                wire: None,
             });
         }
         let mut spans = Vec::with_capacity(f.spans.len());

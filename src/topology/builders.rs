@@ -272,7 +272,7 @@ impl Topology {
                 both(&leaf, "spine", up, &mut links);
             }
         }
-        let topo = Topology::from_parts(name, devices, links)?;
+        let topo = Topology::from_parts(name, devices, links)?.with_nodes(g as usize);
         if leaves == 1 {
             // Every node under one leaf per rail: moving every node by one (leaves and
             // spine fixed) is a symmetry.

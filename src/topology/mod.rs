@@ -112,6 +112,9 @@ pub struct Topology {
     gpus: Vec<NodeIndex>,
     /// A symmetry the builder laid out (see [`symmetry`](self::symmetry)).
     rotation: Option<Rotation>,
+    /// GPUs per node: GPU `i` is on node `i / gpus_per_node` (one node unless a
+    /// multi-node builder says otherwise).
+    gpus_per_node: usize,
 }
 
 impl Topology {
@@ -160,6 +163,7 @@ impl Topology {
             graph,
             gpus,
             rotation: None,
+            gpus_per_node: 0,
         };
         topo.check_connected()?;
         Ok(topo)
@@ -205,6 +209,42 @@ impl Topology {
 
     pub fn gpu_count(&self) -> usize {
         self.gpus.len()
+    }
+
+    /// GPUs per node (node `k` holds GPUs `k·G .. (k+1)·G`); the whole topology for a
+    /// one-node machine.
+    pub fn gpus_per_node(&self) -> usize {
+        if self.gpus_per_node == 0 {
+            self.gpus.len()
+        } else {
+            self.gpus_per_node
+        }
+    }
+
+    /// Nodes of [`Topology::gpus_per_node`] GPUs each.
+    pub fn node_count(&self) -> usize {
+        self.gpus.len().div_ceil(self.gpus_per_node().max(1))
+    }
+
+    /// The node of GPU `gpu`.
+    pub fn node_of(&self, gpu: usize) -> usize {
+        gpu / self.gpus_per_node().max(1)
+    }
+
+    /// Record that GPUs come in nodes of `g` (a multi-node builder).
+    pub(crate) fn with_nodes(mut self, g: usize) -> Topology {
+        self.gpus_per_node = g;
+        self
+    }
+
+    /// NICs of the whole topology divided by its nodes (0 for a machine without NICs).
+    pub fn nics_per_node(&self) -> usize {
+        let nics = self
+            .graph
+            .node_weights()
+            .filter(|d| d.kind == DeviceKind::Nic)
+            .count();
+        nics / self.node_count().max(1)
     }
 
     pub fn gpu_node(&self, gpu: usize) -> NodeIndex {

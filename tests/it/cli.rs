@@ -181,11 +181,12 @@ fn a_profile_can_take_its_topology_from_an_nccl_xml_dump() {
         t.contains("8 gpu, 1 nvswitch, 8 pcie-switch, 2 cpu, 8 nic"),
         "{t}"
     );
-    // Same NVSwitch bottleneck as the hand-written h100-sxm-8: ring busbw ~368 GB/s.
+    // Same NVSwitch bottleneck as the hand-written h100-sxm-8: ring busbw ~368 GB/s
+    // (nccl-tests' out-of-place busbw, the 8th column of a result row).
     let busbw: f64 = t
         .lines()
-        .last()
-        .and_then(|l| l.split_whitespace().last())
+        .find(|l| !l.starts_with('#'))
+        .and_then(|l| l.split_whitespace().nth(7))
         .and_then(|v| v.parse().ok())
         .unwrap();
     assert!((360.0..372.0).contains(&busbw), "{busbw}");
@@ -265,7 +266,7 @@ fn collective_json_and_csv_agree_and_busbw_follows_nccl_tests() {
     let mut lines = csv.lines();
     assert_eq!(
         lines.next(),
-        Some("size_B,count,type,time_us,algbw_GB/s,busbw_GB/s")
+        Some("size_B,count,type,redop,time_us,algbw_GB/s,busbw_GB/s,algorithm,protocol,channels")
     );
     for (row, line) in rows.iter().zip(lines) {
         let f: Vec<f64> = line.split(',').filter_map(|x| x.parse().ok()).collect();
@@ -273,7 +274,9 @@ fn collective_json_and_csv_agree_and_busbw_follows_nccl_tests() {
         let t = row["time_us"].as_f64().unwrap();
         let algbw = row["algbw_GB/s"].as_f64().unwrap();
         let busbw = row["busbw_GB/s"].as_f64().unwrap();
-        assert_eq!(f, vec![size, size / 4.0, t, algbw, busbw]);
+        // Numeric columns: size, count, time, algbw, busbw, channels (16 on an NVLink
+        // node, NCCL's default).
+        assert_eq!(f, vec![size, size / 4.0, t, algbw, busbw, 16.0]);
         assert!((algbw - size / (t * 1e-6) / 1e9).abs() < 1e-3 * algbw.max(1.0));
         assert!((busbw - algbw * 2.0 * 7.0 / 8.0).abs() < 1e-5 * busbw.max(1.0));
     }

@@ -598,6 +598,31 @@ impl<'p> Engine<'p> {
                 j.factor(send, Draw::Bandwidth),
             )
         });
+        let fused = self.plan.fused(self.op_launch[send as usize]);
+        let stream = self.plan.ops[send as usize].stream;
+        if let Some(w) = self.plan.streams[stream as usize].wire {
+            // An NCCL channel: its protocol's wire bytes, its own rate ceiling and
+            // NCCL's per-step latencies (which include the links').
+            let w = self.plan.wires[w as usize];
+            let topo = self.router.topology();
+            let step = if topo.node_of(src as usize) == topo.node_of(dst as usize) {
+                w.intra_step_latency
+            } else {
+                w.inter_step_latency
+            };
+            let alpha = if fused { step } else { w.launch_latency + step };
+            let f = self
+                .net
+                .add_capped_flow(rs, rl, bytes as f64 * w.factor * jb, w.cap);
+            self.transfers.push(Transfer {
+                send,
+                recv,
+                bytes,
+                started: self.now,
+            });
+            debug_assert_eq!(f as usize + 1, self.transfers.len());
+            return self.schedule(self.now + alpha * jl, Ev::FlowStart(f), send);
+        }
         let f = self.net.add_flow(rs, rl, bytes as f64 * jb);
         self.transfers.push(Transfer {
             send,
@@ -606,7 +631,7 @@ impl<'p> Engine<'p> {
             started: self.now,
         });
         debug_assert_eq!(f as usize + 1, self.transfers.len());
-        let sw = if self.plan.fused(self.op_launch[send as usize]) {
+        let sw = if fused {
             self.hw.comm.step_latency
         } else {
             self.hw.comm.message_latency

@@ -16,6 +16,9 @@ pub(super) struct Flow {
     pub last: f64,
     pub version: u32,
     pub active: bool,
+    /// The most this flow may move per second, whatever its links leave it (an NCCL
+    /// channel's own ceiling); `+inf` for none.
+    pub cap: f64,
 }
 
 pub(super) struct Network {
@@ -32,6 +35,8 @@ pub(super) struct Network {
     cap_left: Vec<f64>,
     unfrozen: Vec<u32>,
     frozen: Vec<bool>,
+    /// Scratch: the component's capped flows, by falling cap.
+    capped: Vec<(f64, u32)>,
 }
 
 impl Network {
@@ -50,6 +55,7 @@ impl Network {
             cap_left: vec![0.0; n],
             unfrozen: vec![0; n],
             frozen: Vec::new(),
+            capped: Vec::new(),
         }
     }
 
@@ -73,7 +79,19 @@ impl Network {
 
     /// A new, not yet active flow.
     pub fn add_flow(&mut self, route_start: u32, route_len: u32, bytes: f64) -> u32 {
+        self.add_capped_flow(route_start, route_len, bytes, f64::INFINITY)
+    }
+
+    /// A new, not yet active flow that never moves faster than `cap` bytes/s.
+    pub fn add_capped_flow(
+        &mut self,
+        route_start: u32,
+        route_len: u32,
+        bytes: f64,
+        cap: f64,
+    ) -> u32 {
         self.flows.push(Flow {
+            cap,
             route_start,
             route_len,
             remaining: bytes,
@@ -187,8 +205,25 @@ impl Network {
             self.cap_left[link as usize] = self.capacity[link as usize];
             self.unfrozen[link as usize] = self.on_link[link as usize].len() as u32;
         }
+        self.capped.clear();
+        for &f in &self.touched {
+            let c = self.flows[f as usize].cap;
+            if c.is_finite() {
+                self.capped.push((c, f));
+            }
+        }
+        // Falling cap, ties by flow id: the smallest is popped first.
+        self.capped
+            .sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)));
         let mut left = self.touched.len();
         while left > 0 {
+            while self
+                .capped
+                .last()
+                .is_some_and(|&(_, f)| self.frozen[f as usize])
+            {
+                self.capped.pop();
+            }
             // The tightest link: smallest share of what is left.
             let mut best: Option<(f64, u32)> = None;
             for &link in &self.comp_links {
@@ -202,16 +237,33 @@ impl Network {
                 }
             }
             let Some((share, link)) = best else {
-                // Only infinite links remain: those flows are free.
+                // Only infinite links remain: those flows run at their own ceiling.
                 for &f in &self.touched {
                     if !self.frozen[f as usize] {
                         self.frozen[f as usize] = true;
-                        self.flows[f as usize].rate = f64::INFINITY;
+                        self.flows[f as usize].rate = self.flows[f as usize].cap;
                     }
                 }
                 break;
             };
             let share = share.max(0.0);
+            // A flow whose own ceiling is below every fair share left is fixed at it.
+            if let Some(&(cap, f)) = self.capped.last()
+                && cap < share
+            {
+                self.capped.pop();
+                let f = f as usize;
+                self.frozen[f] = true;
+                left -= 1;
+                self.flows[f].rate = cap;
+                let (rs, rl) = (self.flows[f].route_start, self.flows[f].route_len);
+                for j in rs..rs + rl {
+                    let l2 = self.route_links[j as usize] as usize;
+                    self.cap_left[l2] -= cap;
+                    self.unfrozen[l2] -= 1;
+                }
+                continue;
+            }
             for k in 0..self.on_link[link as usize].len() {
                 let f = self.on_link[link as usize][k] as usize;
                 if self.frozen[f] {

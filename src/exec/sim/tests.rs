@@ -922,6 +922,7 @@ fn collective_time(
         ranks,
         bytes,
         chunks: 1,
+        nccl: None,
     })
     .unwrap();
     let r = simulate(&plan, hw, &SimOptions::default()).unwrap();
@@ -1288,8 +1289,31 @@ fn symmetric_plans_reproduce_the_full_simulation() {
                     ranks: n,
                     bytes: 48 * n as u64 * (1 << 16),
                     chunks,
+                    nccl: None,
                 };
                 full_and_symmetric(hw, &spec);
+                // As NCCL runs it: channels with rail-aligned orders, slotted steps.
+                if algorithm == crate::strategy::collective::Algorithm::Ring {
+                    use crate::cost::nccl;
+                    let cfg = hw.comm.nccl;
+                    let f = nccl::Fabric::of(&hw.topology, n);
+                    let ch = nccl::channels(&cfg, &f, Some(chunks * 2));
+                    let spec = CollectiveSpec {
+                        nccl: Some(crate::strategy::collective::NcclChannels {
+                            channels: ch.count,
+                            node_size: hw.topology.gpus_per_node() as u32,
+                            wire: nccl::wire(
+                                &cfg,
+                                &f,
+                                ch,
+                                nccl::NcclAlgo::Ring,
+                                nccl::Protocol::Simple,
+                            ),
+                        }),
+                        ..spec
+                    };
+                    full_and_symmetric(hw, &spec);
+                }
             }
         }
     }
@@ -1307,6 +1331,7 @@ fn symmetric_plans_refuse_what_breaks_the_symmetry() {
         ranks: 8,
         bytes: 8 << 20,
         chunks: 2,
+        nccl: None,
     };
     // Unequal messages, or a tree: no symmetric plan.
     for bad in [

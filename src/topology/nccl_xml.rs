@@ -276,22 +276,32 @@ pub fn from_nccl_xml(file: &str, name: &str, text: &str) -> Result<Topology, Ncc
             b.both(&cpus[i].0, &cpus[j].0, cpus[i].1.min(cpus[j].1), SOCKET_LAT);
         }
     }
+    // NVLinks: real dumps list one <nvlink> per remote device (an HGX H100 GPU has four,
+    // one per NVSwitch chip, with counts 4/5/5/4), so a GPU's links to NVSwitches are
+    // summed into one link to the (one, non-blocking) switch, and repeated entries to one
+    // peer GPU into one link. A target NCCL could not see (`fffffff:ffff:ff`, in VMs) or
+    // one of no stated class is an NVSwitch, as NCCL assumes (`xml.cc`).
     let nvl = std::mem::take(&mut b.nvlinks);
-    let mut switch = false;
+    let mut to_switch: Vec<(String, f64)> = Vec::new();
+    let mut to_gpu: Vec<(String, String, f64)> = Vec::new();
     for (gpu, target, tclass, gbps, line) in nvl {
-        let l = Link {
-            bandwidth: gbps * 1e9,
-            latency: NVLINK_LAT,
-        };
-        if tclass == NVSWITCH_CLASS {
-            if !switch {
-                b.device(DeviceKind::NvSwitch, "nvswitch".into());
-                switch = true;
+        let peer = b
+            .gpu_bus
+            .iter()
+            .find(|(bus, _)| *bus == target)
+            .map(|(_, p)| p.clone());
+        let hidden = target.starts_with("fffffff");
+        if tclass == NVSWITCH_CLASS || hidden || (tclass.is_empty() && peer.is_none()) {
+            match to_switch.iter_mut().find(|(g, _)| *g == gpu) {
+                Some(e) => e.1 += gbps,
+                None => to_switch.push((gpu, gbps)),
             }
-            b.both(&gpu, "nvswitch", gbps, NVLINK_LAT);
-        } else if let Some((_, peer)) = b.gpu_bus.iter().find(|(bus, _)| *bus == target) {
-            b.links.push((gpu, peer.clone(), l));
-        } else if tclass.is_empty() || tclass.starts_with("0x03") {
+        } else if let Some(peer) = peer {
+            match to_gpu.iter_mut().find(|(g, p, _)| *g == gpu && *p == peer) {
+                Some(e) => e.2 += gbps,
+                None => to_gpu.push((gpu, peer, gbps)),
+            }
+        } else if tclass.starts_with("0x03") {
             return Err(NcclXmlError::BadValue {
                 file: file.into(),
                 line,
@@ -303,6 +313,26 @@ pub fn from_nccl_xml(file: &str, name: &str, text: &str) -> Result<Topology, Ncc
         }
         // An NVLink to a CPU (POWER9/Grace) is left out: GPU traffic does not route there.
     }
+    if !to_switch.is_empty() {
+        b.device(DeviceKind::NvSwitch, "nvswitch".into());
+    }
+    // NVLinks go first in the graph, so that where a PCIe path is as short (two GPUs
+    // under one PCIe switch) the router's tie-break takes NVLink, as NCCL does.
+    let pcie = std::mem::take(&mut b.links);
+    for (gpu, gbps) in to_switch {
+        b.both(&gpu, "nvswitch", gbps, NVLINK_LAT);
+    }
+    for (gpu, peer, gbps) in to_gpu {
+        b.links.push((
+            gpu,
+            peer,
+            Link {
+                bandwidth: gbps * 1e9,
+                latency: NVLINK_LAT,
+            },
+        ));
+    }
+    b.links.extend(pcie);
     // GPUs first, in `dev` order, so that rank r is the r-th GPU.
     let mut order: Vec<(u64, String)> = b.gpus.clone();
     order.sort();
@@ -327,6 +357,28 @@ mod tests {
 
     const NVSWITCH: &str = include_str!("../../hardware-profiles/nccl-topo/nvswitch-8.xml");
     const PCIE: &str = include_str!("../../hardware-profiles/nccl-topo/pcie-8.xml");
+    const HGX: &str = include_str!("../../hardware-profiles/nccl-topo/hgx-h200-dump.xml");
+    const VM: &str = include_str!("../../hardware-profiles/nccl-topo/hgx-h200-vm-dump.xml");
+
+    #[test]
+    fn real_dumps_sum_a_gpus_nvlinks_and_see_hidden_switches() {
+        // Four <nvlink> entries per GPU (4 + 5 + 5 + 4 links to the four NVSwitch chips)
+        // and, in a VM, 18 links to a switch NCCL could not see (`fffffff:ffff:ff`): both
+        // are 18 links × 20.6 GB/s to one switch, never a path through the CPUs.
+        for (name, xml) in [("hgx", HGX), ("vm", VM)] {
+            let t = from_nccl_xml(name, name, xml).unwrap();
+            assert_eq!(t.gpu_count(), 8);
+            for (a, b) in [(0, 1), (0, 7), (3, 4)] {
+                let r = Router::new(&t).route(a, b).unwrap().clone();
+                assert_eq!(r.links.len(), 2, "{name}: {a}->{b} via the switch");
+                assert!((bottleneck(&t, a, b) - 18.0 * 20.6e9).abs() < 1.0, "{name}");
+            }
+        }
+        // Without a class, an unknown target is a switch too (NCCL's assumption).
+        let xml = "<system><cpu numaid=\"0\"><pci busid=\"0:1\"><gpu dev=\"0\" sm=\"90\"><nvlink target=\"0:9\" count=\"9\"/></gpu></pci><pci busid=\"0:2\"><gpu dev=\"1\" sm=\"90\"><nvlink target=\"0:9\" count=\"9\"/></gpu></pci></cpu></system>";
+        let t = from_nccl_xml("x", "x", xml).unwrap();
+        assert!((bottleneck(&t, 0, 1) - 9.0 * 20.6e9).abs() < 1.0);
+    }
 
     fn bottleneck(t: &Topology, a: usize, b: usize) -> f64 {
         let r = Router::new(t).route(a, b).unwrap().clone();

@@ -354,10 +354,22 @@ pub fn run(a: Args) -> Result<(), CliError> {
     let fabric = Fabric::of(&hw.topology, ranks);
     let ch = nccl::channels(&cfg, &fabric, a.channels);
     let node_size = hw.topology.gpus_per_node() as u32;
+    // NCCL's model is of machines NCCL runs on: nodes of at most an NVL72 rack's GPUs.
+    // A larger one-level fabric (a ring of thousands of GPUs) runs the plain algorithms
+    // at the profile's own message costs.
+    let nccl_machine = node_size <= MAX_NCCL_NODE;
+    if !nccl_machine && (protocol.is_some() || a.channels.is_some()) {
+        return Err(CliError::input(format!(
+            "--protocol/--channels: NCCL's channel model covers nodes of at most {MAX_NCCL_NODE} GPUs; {} has {node_size} in one node (use --protocol auto and no --channels)",
+            hw.name
+        )));
+    }
     let mut rows = Vec::with_capacity(sizes.len());
     for &bytes in &sizes {
         // NCCL's choice (or the one asked), priced by its tuning model.
-        let tuned = nccl_coll(op).map(|coll| nccl::tune(&cfg, &fabric, ch, coll, bytes));
+        let tuned = nccl_coll(op)
+            .filter(|_| nccl_machine)
+            .map(|coll| nccl::tune(&cfg, &fabric, ch, coll, bytes));
         let allowed = |t: &&Tuned| {
             protocol.is_none_or(|p| p == t.protocol)
                 && match asked {
@@ -472,6 +484,9 @@ pub fn run(a: Args) -> Result<(), CliError> {
     print!("{text}");
     Ok(())
 }
+
+/// The largest node NCCL's channel model is applied to (an NVL72 rack).
+pub const MAX_NCCL_NODE: u32 = 72;
 
 /// The most `--chunks` (a plan per chunk per channel would otherwise pass any limit).
 pub const MAX_CHUNKS: u32 = 4096;

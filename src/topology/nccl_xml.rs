@@ -36,6 +36,13 @@ pub enum NcclXmlError {
         value: String,
         why: &'static str,
     },
+    #[error("{file}: line {line}: <{element}> must sit in the {within}")]
+    Misplaced {
+        file: String,
+        line: u32,
+        element: String,
+        within: &'static str,
+    },
     #[error("{file}: {source}")]
     Topology {
         file: String,
@@ -266,6 +273,13 @@ pub fn from_nccl_xml(file: &str, name: &str, text: &str) -> Result<Topology, Ncc
                 b.pci(c, &cname, 24.0)?;
             } else if c.has_tag_name("nic") {
                 b.nic(c, &cname, f64::INFINITY)?;
+            } else if c.has_tag_name("gpu") {
+                return Err(NcclXmlError::Misplaced {
+                    file: file.into(),
+                    line: b.line(c),
+                    element: "gpu".into(),
+                    within: "<pci> element of its PCI device",
+                });
             }
         }
     }

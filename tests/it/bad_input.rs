@@ -153,6 +153,34 @@ fn cases(d: &Path) -> Vec<Case> {
         "xml-bad.toml",
         &format!("{HW}kind = \"nccl-xml\"\nfile = \"bad-dump.xml\"\n"),
     );
+    write(
+        d,
+        "loose-gpu.xml",
+        "<system version=\"1\">\n<cpu numaid=\"0\">\n<gpu dev=\"0\" sm=\"90\" rank=\"0\"/>\n</cpu></system>\n",
+    );
+    let hw_xml_loose = write(
+        d,
+        "xml-loose.toml",
+        &format!("{HW}kind = \"nccl-xml\"\nfile = \"loose-gpu.xml\"\n"),
+    );
+    write(
+        d,
+        "no-speed.xml",
+        "<system version=\"1\">\n<cpu numaid=\"0\">\n<pci busid=\"0:1\"><gpu dev=\"0\" sm=\"90\"/></pci>\n<pci busid=\"0:2\"><nic><net name=\"mlx5_0\" dev=\"0\" port=\"1\"/></nic></pci>\n</cpu></system>\n",
+    );
+    let hw_xml_nospeed = write(
+        d,
+        "xml-nospeed.toml",
+        &format!("{HW}kind = \"nccl-xml\"\nfile = \"no-speed.xml\"\n"),
+    );
+    let hw_channels = write(
+        d,
+        "channels.toml",
+        &HW.replace(
+            "[topology]",
+            "[comm.nccl]\nchannels = 0\n[topology]\nkind = \"nvswitch\"\ngpus = 8\nlink_gbps = 100.0\n",
+        ),
+    );
     let gqa = write(
         d,
         "gqa.toml",
@@ -420,6 +448,48 @@ fn cases(d: &Path) -> Vec<Case> {
             args: coll(&["--hardware", &hw_xml_bad]),
             code: 2,
             says: vec![s("bad-dump.xml"), s("line 3"), s("link_speed=\"warp\"")],
+        },
+        Case {
+            name: "NCCL XML: a GPU outside any PCI device",
+            args: coll(&["--hardware", &hw_xml_loose]),
+            code: 2,
+            says: vec![s("loose-gpu.xml"), s("line 3"), s("<pci>")],
+        },
+        Case {
+            name: "NCCL XML: a NIC with no speed",
+            args: coll(&["--hardware", &hw_xml_nospeed]),
+            code: 2,
+            says: vec![s("no-speed.xml"), s("<net>"), s("`speed`")],
+        },
+        Case {
+            name: "profile: zero NCCL channels",
+            args: coll(&["--hardware", &hw_channels]),
+            code: 2,
+            says: vec![s("channels.toml"), s("comm.nccl.channels"), s("1..64")],
+        },
+        Case {
+            name: "collective: zero channels",
+            args: coll(&["--channels", "0"]),
+            code: 2,
+            says: vec![s("--channels"), s("0"), s("1..64")],
+        },
+        Case {
+            name: "collective: a billion channels",
+            args: coll(&["--channels", "1000000000"]),
+            code: 2,
+            says: vec![s("--channels"), s("1000000000"), s("MAXCHANNELS")],
+        },
+        Case {
+            name: "collective: unknown protocol",
+            args: coll(&["--protocol", "LL256"]),
+            code: 2,
+            says: vec![s("--protocol"), s("LL256"), s("ll128")],
+        },
+        Case {
+            name: "collective: a protocol for point-to-point messages",
+            args: coll(&["--op", "all-to-all", "--protocol", "ll"]),
+            code: 2,
+            says: vec![s("--protocol"), s("all-to-all"), s("point-to-point")],
         },
         Case {
             name: "layer: heads not divisible by tp",

@@ -456,3 +456,56 @@ fn readme_shows_the_default_table() {
         "README.md's default table differs from `flashoverlap simulate`:\n{t}"
     );
 }
+
+#[test]
+fn across_nodes_nccl_channels_use_every_nic() {
+    let busbw = |extra: &[&str]| -> f64 {
+        let args = [
+            &[
+                "collective",
+                "--hardware",
+                "dgx-h100",
+                "--nodes",
+                "2",
+                "--sizes",
+                "1GiB",
+                "--format",
+                "json",
+            ][..],
+            extra,
+        ]
+        .concat();
+        let j: serde_json::Value = serde_json::from_str(&stdout(&args)).unwrap();
+        j["rows"][0]["busbw_GB/s"].as_f64().unwrap()
+    };
+    // 16 channels over 8 rails of 48 GB/s NICs: NVLink's 370 GB/s binds, not one NIC.
+    let ring = busbw(&["--algorithm", "ring", "--protocol", "simple"]);
+    assert!((340.0..375.0).contains(&ring), "{ring}");
+    // Two channels reach two NICs only.
+    let two = busbw(&[
+        "--algorithm",
+        "ring",
+        "--protocol",
+        "simple",
+        "--channels",
+        "2",
+    ]);
+    assert!(two < 100.0 && two > 80.0, "{two}");
+    // NCCL's choice at 1 GiB on two nodes is the Simple ring.
+    let t = stdout(&[
+        "collective",
+        "--hardware",
+        "dgx-h100",
+        "--nodes",
+        "2",
+        "--sizes",
+        "1KiB,1GiB",
+    ]);
+    let last: Vec<&str> = t
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split_whitespace().last())
+        .collect();
+    assert_eq!(last, vec!["tree/LL/16", "ring/Simple/16"], "{t}");
+    assert!(t.contains("# Avg bus bandwidth    : "), "{t}");
+}

@@ -49,6 +49,7 @@ static PRESETS: &[Preset] = &[
     preset!(Hardware, "hardware-profiles", "ring-50gib"),
     preset!(Hardware, "hardware-profiles", "dgx-h100-rail"),
     preset!(Hardware, "hardware-profiles", "dgx-h100"),
+    preset!(Hardware, "hardware-profiles", "dgx-h200"),
     preset!(Scenario, "scenarios", "default"),
 ];
 

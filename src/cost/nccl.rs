@@ -292,6 +292,46 @@ impl Fabric {
     }
 }
 
+/// Indices into NCCL's tables: the generation, the LL ceiling's row (the generation on
+/// one node, the CPU across nodes) and the node class (1, 2, more).
+fn table_index(cfg: &NcclConfig, nodes: u32) -> (usize, usize, usize) {
+    let gi = gen_index(cfg.sm);
+    let index2 = if nodes <= 2 {
+        nodes.max(1) as usize - 1
+    } else {
+        2
+    };
+    let index1 = if nodes <= 1 {
+        gi
+    } else if cfg.cpu == CpuVendor::Amd {
+        1
+    } else {
+        0
+    };
+    (gi, index1, index2)
+}
+
+/// NCCL's per-step latencies, µs, of `algo` under `p` on `fabric`: inside a node (a ring
+/// across nodes at least the network's post overhead, three times for Simple) and
+/// between nodes (the tree's figure when each node holds one rank).
+fn step_latencies(cfg: &NcclConfig, fabric: &Fabric, algo: NcclAlgo, p: Protocol) -> (f64, f64) {
+    let intra_hw = if fabric.nvlink { 0 } else { 1 };
+    let mut intra = HW_LAT[intra_hw][algo.idx()][p.idx()];
+    if fabric.nodes > 1 && algo == NcclAlgo::Ring {
+        let overhead = match cfg.cpu {
+            CpuVendor::Intel => 1.0,
+            CpuVendor::Amd => 2.0,
+        } * if p == Protocol::Simple { 3.0 } else { 1.0 };
+        intra = intra.max(overhead);
+    }
+    let inter = if fabric.ppn() == 1 {
+        HW_LAT[2][NcclAlgo::Tree.idx()][p.idx()]
+    } else {
+        HW_LAT[2][algo.idx()][p.idx()]
+    };
+    (intra, inter)
+}
+
 /// One (algorithm, protocol) as NCCL's tuning model prices it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Tuned {
@@ -345,15 +385,7 @@ pub fn tune(
 ) -> Vec<Tuned> {
     let (n, nodes) = (fabric.ranks.max(1), fabric.nodes.max(1));
     let ppn = fabric.ppn();
-    let gi = gen_index(cfg.sm);
-    let index2 = if nodes <= 2 { nodes as usize - 1 } else { 2 };
-    let index1 = if nodes == 1 {
-        gi
-    } else if cfg.cpu == CpuVendor::Amd {
-        1
-    } else {
-        0
-    };
+    let (gi, index1, index2) = table_index(cfg, nodes);
     let ll_max = LL_MAX_BWS[index1][index2];
     let c = ch.count.max(1) as f64;
     let (intra, inter) = fabric.channel_bw(ch.count, ch.ceiling);
@@ -368,11 +400,6 @@ pub fn tune(
         2.0 * (nodes - 1) as f64
     } else {
         (nodes - 1) as f64
-    };
-    let intra_hw = if fabric.nvlink { 0 } else { 1 };
-    let net_overhead = match cfg.cpu {
-        CpuVendor::Intel => 1.0,
-        CpuVendor::Amd => 2.0,
     };
     let mut out = Vec::new();
     for algo in [NcclAlgo::Tree, NcclAlgo::Ring] {
@@ -409,22 +436,9 @@ pub fn tune(
                 NcclAlgo::Tree => bus * 0.5,
             };
             let mut lat = BASE_LAT[algo.idx()][p.idx()];
-            let mut intra_lat = HW_LAT[intra_hw][algo.idx()][p.idx()];
-            let inter_lat = if ppn == 1 {
-                HW_LAT[2][NcclAlgo::Tree.idx()][p.idx()]
-            } else {
-                HW_LAT[2][algo.idx()][p.idx()]
-            };
+            let (intra_lat, inter_lat) = step_latencies(cfg, fabric, algo, p);
             match algo {
                 NcclAlgo::Ring => {
-                    if nodes > 1 {
-                        let o = if p == Protocol::Simple {
-                            3.0 * net_overhead
-                        } else {
-                            net_overhead
-                        };
-                        intra_lat = intra_lat.max(o);
-                    }
                     lat += (nsteps - inter_steps) * intra_lat + inter_steps * inter_lat;
                 }
                 NcclAlgo::Tree => {
@@ -486,16 +500,7 @@ pub fn wire(
     algo: NcclAlgo,
     p: Protocol,
 ) -> crate::plan::Wire {
-    let gi = gen_index(cfg.sm);
-    let nodes = fabric.nodes.max(1);
-    let index2 = if nodes <= 2 { nodes as usize - 1 } else { 2 };
-    let index1 = if nodes == 1 {
-        gi
-    } else if cfg.cpu == CpuVendor::Amd {
-        1
-    } else {
-        0
-    };
+    let (gi, index1, index2) = table_index(cfg, fabric.nodes.max(1));
     let c = ch.count.max(1) as f64;
     let mut factor = p.wire_factor();
     if algo == NcclAlgo::Tree {
@@ -516,20 +521,7 @@ pub fn wire(
         }
         _ => {}
     }
-    let intra_hw = if fabric.nvlink { 0 } else { 1 };
-    let mut intra = HW_LAT[intra_hw][algo.idx()][p.idx()];
-    if nodes > 1 && algo == NcclAlgo::Ring {
-        let o = match cfg.cpu {
-            CpuVendor::Intel => 1.0,
-            CpuVendor::Amd => 2.0,
-        } * if p == Protocol::Simple { 3.0 } else { 1.0 };
-        intra = intra.max(o);
-    }
-    let inter = if fabric.ppn() == 1 {
-        HW_LAT[2][NcclAlgo::Tree.idx()][p.idx()]
-    } else {
-        HW_LAT[2][algo.idx()][p.idx()]
-    };
+    let (intra, inter) = step_latencies(cfg, fabric, algo, p);
     crate::plan::Wire {
         factor,
         cap: payload_cap * factor,

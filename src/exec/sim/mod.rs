@@ -600,30 +600,31 @@ impl<'p> Engine<'p> {
         });
         let fused = self.plan.fused(self.op_launch[send as usize]);
         let stream = self.plan.ops[send as usize].stream;
-        if let Some(w) = self.plan.streams[stream as usize].wire {
+        // (wire bytes per payload byte, rate ceiling, latency before the first byte)
+        let (factor, cap, alpha) = match self.plan.streams[stream as usize].wire {
             // An NCCL channel: its protocol's wire bytes, its own rate ceiling and
             // NCCL's per-step latencies (which include the links').
-            let w = self.plan.wires[w as usize];
-            let topo = self.router.topology();
-            let step = if topo.node_of(src as usize) == topo.node_of(dst as usize) {
-                w.intra_step_latency
-            } else {
-                w.inter_step_latency
-            };
-            let alpha = if fused { step } else { w.launch_latency + step };
-            let f = self
-                .net
-                .add_capped_flow(rs, rl, bytes as f64 * w.factor * jb, w.cap);
-            self.transfers.push(Transfer {
-                send,
-                recv,
-                bytes,
-                started: self.now,
-            });
-            debug_assert_eq!(f as usize + 1, self.transfers.len());
-            return self.schedule(self.now + alpha * jl, Ev::FlowStart(f), send);
-        }
-        let f = self.net.add_flow(rs, rl, bytes as f64 * jb);
+            Some(w) => {
+                let w = self.plan.wires[w as usize];
+                let topo = self.router.topology();
+                let step = if topo.node_of(src as usize) == topo.node_of(dst as usize) {
+                    w.intra_step_latency
+                } else {
+                    w.inter_step_latency
+                };
+                let alpha = if fused { step } else { w.launch_latency + step };
+                (w.factor, w.cap, alpha)
+            }
+            None => {
+                let sw = if fused {
+                    self.hw.comm.step_latency
+                } else {
+                    self.hw.comm.message_latency
+                };
+                (1.0, f64::INFINITY, sw + lat)
+            }
+        };
+        let f = self.net.add_flow(rs, rl, bytes as f64 * factor * jb, cap);
         self.transfers.push(Transfer {
             send,
             recv,
@@ -631,12 +632,7 @@ impl<'p> Engine<'p> {
             started: self.now,
         });
         debug_assert_eq!(f as usize + 1, self.transfers.len());
-        let sw = if fused {
-            self.hw.comm.step_latency
-        } else {
-            self.hw.comm.message_latency
-        };
-        let alpha = (sw + lat) * jl;
+        let alpha = alpha * jl;
         self.schedule(self.now + alpha, Ev::FlowStart(f), send)
     }
 

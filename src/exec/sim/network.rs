@@ -77,19 +77,9 @@ impl Network {
         &self.route_links[fl.route_start as usize..(fl.route_start + fl.route_len) as usize]
     }
 
-    /// A new, not yet active flow.
-    pub fn add_flow(&mut self, route_start: u32, route_len: u32, bytes: f64) -> u32 {
-        self.add_capped_flow(route_start, route_len, bytes, f64::INFINITY)
-    }
-
-    /// A new, not yet active flow that never moves faster than `cap` bytes/s.
-    pub fn add_capped_flow(
-        &mut self,
-        route_start: u32,
-        route_len: u32,
-        bytes: f64,
-        cap: f64,
-    ) -> u32 {
+    /// A new, not yet active flow that never moves faster than `cap` bytes/s (`+inf`:
+    /// only its links limit it).
+    pub fn add_flow(&mut self, route_start: u32, route_len: u32, bytes: f64, cap: f64) -> u32 {
         self.flows.push(Flow {
             cap,
             route_start,
@@ -252,16 +242,8 @@ impl Network {
                 && cap < share
             {
                 self.capped.pop();
-                let f = f as usize;
-                self.frozen[f] = true;
+                self.freeze(f as usize, cap);
                 left -= 1;
-                self.flows[f].rate = cap;
-                let (rs, rl) = (self.flows[f].route_start, self.flows[f].route_len);
-                for j in rs..rs + rl {
-                    let l2 = self.route_links[j as usize] as usize;
-                    self.cap_left[l2] -= cap;
-                    self.unfrozen[l2] -= 1;
-                }
                 continue;
             }
             for k in 0..self.on_link[link as usize].len() {
@@ -269,16 +251,21 @@ impl Network {
                 if self.frozen[f] {
                     continue;
                 }
-                self.frozen[f] = true;
+                self.freeze(f, share);
                 left -= 1;
-                self.flows[f].rate = share;
-                let (rs, rl) = (self.flows[f].route_start, self.flows[f].route_len);
-                for j in rs..rs + rl {
-                    let l2 = self.route_links[j as usize] as usize;
-                    self.cap_left[l2] -= share;
-                    self.unfrozen[l2] -= 1;
-                }
             }
+        }
+    }
+
+    /// Fix flow `f`'s rate and take it out of its links' remaining shares.
+    fn freeze(&mut self, f: usize, rate: f64) {
+        self.frozen[f] = true;
+        self.flows[f].rate = rate;
+        let (rs, rl) = (self.flows[f].route_start, self.flows[f].route_len);
+        for j in rs..rs + rl {
+            let l2 = self.route_links[j as usize] as usize;
+            self.cap_left[l2] -= rate;
+            self.unfrozen[l2] -= 1;
         }
     }
 }

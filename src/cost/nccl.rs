@@ -219,14 +219,38 @@ pub struct Fabric {
 impl Fabric {
     /// The fabric of ranks `0..ranks` on `topo` (rank r on GPU r).
     pub fn of(topo: &Topology, ranks: u32) -> Fabric {
+        let members: Vec<u32> = (0..ranks).collect();
+        Fabric::of_members(topo, &members)
+    }
+
+    /// The fabric of a communicator of the GPUs `members` (each on GPU of its number):
+    /// its nodes, its GPUs per node (the most on any node), the bandwidth between two of
+    /// them on one node, and the network bandwidth of the rails it reaches: a node's NICs
+    /// in the share of its GPUs the communicator holds (NCCL runs a communicator's
+    /// channels through the NICs nearest its GPUs, one rail per GPU on rail-optimized
+    /// nodes, so a group of one GPU per node gets one NIC).
+    pub fn of_members(topo: &Topology, members: &[u32]) -> Fabric {
         let g = topo.gpus_per_node().max(1);
-        let nodes = (ranks as usize).div_ceil(g).max(1) as u32;
+        let ranks = members.len() as u32;
+        let mut per_node: std::collections::BTreeMap<usize, Vec<u32>> = Default::default();
+        for &m in members {
+            per_node
+                .entry(topo.node_of(m as usize))
+                .or_default()
+                .push(m);
+        }
+        let nodes = per_node.len().max(1) as u32;
+        let ppn = per_node.values().map(Vec::len).max().unwrap_or(1).max(1);
+        let pair = per_node
+            .values()
+            .find(|v| v.len() >= 2)
+            .map(|v| (v[0], v[1]));
         let graph = topo.graph();
         let mut nvlink = false;
         let mut intra_bw = f64::INFINITY;
-        if ranks >= 2 && g >= 2 {
+        if let Some((a, b)) = pair {
             let mut router = crate::topology::Router::new(topo);
-            if let Ok(r) = router.route(0, 1) {
+            if let Ok(r) = router.route(a as usize, b as usize) {
                 intra_bw = r.bottleneck;
                 nvlink = r.links.iter().all(|&l| {
                     let (a, b) = graph
@@ -249,13 +273,22 @@ impl Fabric {
             }
         }
         let all_nodes = topo.node_count().max(1) as f64;
+        let node_nics = (nics as f64 / all_nodes).round() as u32;
+        // The share of a node's rails this communicator's GPUs sit on.
+        let share = (ppn as f64 / g as f64).min(1.0);
+        let group_nics =
+            ((node_nics as f64 * share).round() as u32).clamp(1.min(node_nics), node_nics);
         Fabric {
             ranks,
             nodes,
             nvlink,
             intra_bw,
-            inter_bw: if nodes > 1 { inter_bw / all_nodes } else { 0.0 },
-            nics: (nics as f64 / all_nodes).round() as u32,
+            inter_bw: if nodes > 1 {
+                inter_bw / all_nodes * group_nics as f64 / node_nics.max(1) as f64
+            } else {
+                0.0
+            },
+            nics: group_nics,
         }
     }
 
@@ -531,6 +564,27 @@ pub fn wire(
     }
 }
 
+/// How a ring `coll` of `bytes` (nccl-tests' size) over the GPUs `members` runs as NCCL
+/// would run it: the communicator's channels, the ring protocol NCCL's model picks for
+/// the size, and the wire of one of its channels. `None` when no protocol has a finite
+/// time (a fabric without bandwidth).
+pub fn ring_for(
+    cfg: &NcclConfig,
+    topo: &Topology,
+    members: &[u32],
+    coll: NcclColl,
+    bytes: u64,
+) -> Option<(Channels, Tuned, crate::plan::Wire)> {
+    let fabric = Fabric::of_members(topo, members);
+    let ch = channels(cfg, &fabric, None);
+    let rings: Vec<Tuned> = tune(cfg, &fabric, ch, coll, bytes)
+        .into_iter()
+        .filter(|t| t.algo == NcclAlgo::Ring)
+        .collect();
+    let t = pick(&rings)?;
+    Some((ch, t, wire(cfg, &fabric, ch, t.algo, t.protocol)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -544,6 +598,44 @@ mod tests {
             inter_bw: 8.0 * 48e9,
             nics: 8,
         }
+    }
+
+    /// A communicator's fabric counts its own nodes and the rails its GPUs sit on: a
+    /// data-parallel group of one GPU per node reaches one NIC per node, two GPUs of a
+    /// node reach two, a whole node all eight.
+    #[test]
+    fn a_communicator_reaches_the_rails_of_its_gpus() {
+        let hw = crate::config::load_hardware_nodes("dgx-h100", None, Some(4)).unwrap();
+        let topo = &hw.topology;
+        let whole = Fabric::of(topo, 32);
+        assert_eq!((whole.nodes, whole.nics), (4, 8));
+        let rail = Fabric::of_members(topo, &[3, 11, 19, 27]);
+        assert_eq!((rail.ranks, rail.nodes, rail.nics), (4, 4, 1));
+        assert!(!rail.intra_bw.is_finite(), "no two members share a node");
+        assert!((rail.inter_bw - whole.inter_bw / 8.0).abs() < 1.0);
+        let two = Fabric::of_members(topo, &[0, 1, 8, 9]);
+        assert_eq!((two.nodes, two.nics), (2, 2));
+        assert!(
+            (two.intra_bw - whole.intra_bw).abs() < 1.0,
+            "NVLink between 0 and 1"
+        );
+        let inside = Fabric::of_members(topo, &[8, 9, 10, 11]);
+        assert_eq!(inside.nodes, 1);
+        assert_eq!(inside.inter_bw, 0.0);
+        // NCCL's pick for the one-GPU-per-node group: two channels on its one NIC, the
+        // Simple ring for large sizes.
+        let cfg = NcclConfig::default();
+        let (ch, t, w) = ring_for(
+            &cfg,
+            topo,
+            &[3, 11, 19, 27],
+            NcclColl::ReduceScatter,
+            1 << 30,
+        )
+        .unwrap();
+        assert_eq!(ch.count, 2);
+        assert_eq!(t.protocol, Protocol::Simple);
+        assert_eq!(w.factor, 1.0);
     }
 
     #[test]

@@ -41,6 +41,11 @@ pub struct StreamInfo {
     /// Index into [`Plan::wires`]: the messages of this stream move as one NCCL channel
     /// of a collective with those parameters; `None`: the hardware's own message costs.
     pub wire: Option<u32>,
+    /// The NCCL thread block (one CTA on one SM) this stream's sends and receives run in:
+    /// the streams of one block hold its SM once while any of their ops is posted, as
+    /// the slots of one NCCL channel do. `None`: each posted op holds the profile's
+    /// `comm_ctas_per_op` SMs (a P2P kernel of its own).
+    pub block: Option<u32>,
 }
 
 /// How the messages of one NCCL channel move (a collective's protocol and channel, as
@@ -243,6 +248,8 @@ pub struct Plan {
     pub streams: Vec<StreamInfo>,
     /// Channel parameters that streams point to (see [`StreamInfo::wire`]).
     pub wires: Vec<Wire>,
+    /// Thread blocks that streams point to (see [`StreamInfo::block`]): ids `0..blocks`.
+    pub blocks: u32,
     pub ops: Vec<Op>,
     pub sites: Vec<String>,
     /// Useful model FLOPs of the whole plan (for MFU), as the strategy counts them.
@@ -393,6 +400,7 @@ pub struct PlanBuilder {
     ranks: u32,
     streams: Vec<StreamInfo>,
     wires: Vec<Wire>,
+    blocks: u32,
     ops: Vec<Op>,
     sites: Vec<String>,
     dep_start: Vec<u32>,
@@ -419,6 +427,7 @@ impl PlanBuilder {
             ranks,
             streams: Vec::new(),
             wires: Vec::new(),
+            blocks: 0,
             ops: Vec::new(),
             sites: Vec::new(),
             dep_start: vec![0],
@@ -478,6 +487,7 @@ impl PlanBuilder {
             name: name.to_string(),
             kind,
             wire: None,
+            block: None,
         });
         (self.streams.len() - 1) as StreamId
     }
@@ -497,6 +507,17 @@ impl PlanBuilder {
         let s = self.stream(rank, name, StreamKind::Comm);
         self.streams[s as usize].wire = Some(wire);
         s
+    }
+
+    /// A new NCCL thread block for [`PlanBuilder::in_block`].
+    pub fn block(&mut self) -> u32 {
+        self.blocks += 1;
+        self.blocks - 1
+    }
+
+    /// Put stream `s` in thread block `block` (see [`StreamInfo::block`]).
+    pub fn in_block(&mut self, s: StreamId, block: u32) {
+        self.streams[s as usize].block = Some(block);
     }
 
     /// Declare a buffer on `rank`: `rows × cols` elements of `dtype`, row-major.

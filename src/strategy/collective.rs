@@ -172,13 +172,32 @@ pub struct NcclChannels {
 /// is the same cycle, alternately reversed.
 pub fn ring_order(n: u64, g: u64, c: u64) -> Vec<u64> {
     let g = if g == 0 || g > n || n % g != 0 { n } else { g };
-    let x = c % g;
-    let rev = (c / g) % 2 == 1;
-    let mut out = Vec::with_capacity(n as usize);
-    for node in 0..n / g {
+    let nodes: Vec<u64> = (0..n).map(|r| r / g).collect();
+    member_ring_order(&nodes, c)
+}
+
+/// Channel `c`'s ring over the members of a communicator, position → member, given each
+/// member's node (`nodes[m]`): nodes in the order of their first member, and inside each
+/// node its members from the `c mod g`-th up (down on every other round of g channels),
+/// g the node's member count — [`ring_order`] for members that need not fill nodes or
+/// be numbered node by node.
+pub fn member_ring_order(nodes: &[u64], c: u64) -> Vec<u64> {
+    let mut groups: Vec<(u64, Vec<u64>)> = Vec::new();
+    let mut index: std::collections::HashMap<u64, usize> = Default::default();
+    for (m, &node) in nodes.iter().enumerate() {
+        let i = *index.entry(node).or_insert_with(|| {
+            groups.push((node, Vec::new()));
+            groups.len() - 1
+        });
+        groups[i].1.push(m as u64);
+    }
+    let mut out = Vec::with_capacity(nodes.len());
+    for (_, local) in &groups {
+        let g = local.len() as u64;
+        let (x, rev) = (c % g, (c / g) % 2 == 1);
         for i in 0..g {
-            let local = if rev { (x + g - i) % g } else { (x + i) % g };
-            out.push(node * g + local);
+            let l = if rev { (x + g - i) % g } else { (x + i) % g };
+            out.push(local[l as usize]);
         }
     }
     out
@@ -218,28 +237,35 @@ pub fn split(total: u64, parts: u64) -> Vec<u64> {
     (0..parts).map(|i| q + u64::from(i < r)).collect()
 }
 
-const TAG: OpTag = OpTag {
-    site: 0,
-    step: 0,
-    slice: 0,
-};
-
-fn tag(step: u64, slice: u64) -> OpTag {
+fn tag(site: u16, step: u64, slice: u64) -> OpTag {
     OpTag {
+        site,
         step: step as u32,
         slice: slice as u32,
-        ..TAG
     }
 }
 
-struct Builder {
-    b: PlanBuilder,
+struct Builder<'a> {
+    b: &'a mut PlanBuilder,
+    /// Members of the communicator.
     n: u32,
-    /// Ranks built: all `n`, or the representatives `0..shift` of a symmetric plan.
+    /// Members built: all `n`, or the representatives `0..shift` of a symmetric plan.
     held: u32,
+    /// The plan rank of each member (`None`: member m is rank m).
+    ranks: Option<&'a [u32]>,
+    /// The site the ops are tagged with.
+    site: u16,
 }
 
-impl Builder {
+impl Builder<'_> {
+    /// Member `m`'s plan rank.
+    fn rank(&self, m: u64) -> u32 {
+        match self.ranks {
+            Some(r) => r[m as usize],
+            None => m as u32,
+        }
+    }
+
     /// One group launch on `stream`: sends `(to, bytes, tag)` and receives `(from, bytes,
     /// tag of the matching send)`, after `deps`; `fused`: a later step of the same
     /// collective kernel (pays the step latency). Returns the recv ops.
@@ -255,10 +281,12 @@ impl Builder {
     ) -> Result<Vec<OpId>, PlanError> {
         let l = self.b.launch_fused(stream, fused);
         for &(peer, bytes, tag) in sends {
+            let peer = self.rank(peer as u64);
             self.b.add(l, OpKind::Send { peer, bytes, tag }, deps, t)?;
         }
         let mut out = Vec::with_capacity(recvs.len());
         for &(peer, bytes, tag) in recvs {
+            let peer = self.rank(peer as u64);
             out.push(self.b.add(
                 l,
                 OpKind::Recv {
@@ -276,7 +304,10 @@ impl Builder {
 
     fn streams(&mut self, name: &str) -> Vec<StreamId> {
         (0..self.held)
-            .map(|r| self.b.stream(r, name, StreamKind::Comm))
+            .map(|m| {
+                let r = self.rank(m as u64);
+                self.b.stream(r, name, StreamKind::Comm)
+            })
             .collect()
     }
 
@@ -285,7 +316,10 @@ impl Builder {
         match wire {
             None => self.streams(name),
             Some(w) => (0..self.held)
-                .map(|r| self.b.channel_stream(r, name, w))
+                .map(|m| {
+                    let r = self.rank(m as u64);
+                    self.b.channel_stream(r, name, w)
+                })
                 .collect(),
         }
     }
@@ -321,9 +355,15 @@ impl Builder {
         first: u64,
         c: u64,
         block: impl Fn(u64, u64) -> u64,
-        mut split: Option<(&[StreamId], &mut Vec<Option<OpId>>)>,
+        mut split: Option<(&[StreamId], &mut [Vec<OpId>])>,
     ) -> Result<(), PlanError> {
         let n = self.n as u64;
+        // What the collective starts after: its receives are posted then, not before
+        // (a later step's receive follows the one NCCL_STEPS earlier on its slot).
+        let start: Vec<Vec<OpId>> = match split.as_ref() {
+            Some((_, last)) if last.iter().any(|l| !l.is_empty()) => last.to_vec(),
+            _ => Vec::new(),
+        };
         for k in 0..steps {
             let tags = self.tags(n as usize);
             for r in 0..self.held as u64 {
@@ -334,7 +374,7 @@ impl Builder {
                 );
                 let send = sizes[block(p, k) as usize];
                 let recv = sizes[block((p + n - 1) % n, k) as usize];
-                let t = tag(first + k, c);
+                let t = tag(self.site, first + k, c);
                 let fused = first + k > 0;
                 match split.as_mut() {
                     None => {
@@ -348,7 +388,7 @@ impl Builder {
                         )?;
                     }
                     Some((slots, last)) => {
-                        let deps: Vec<OpId> = last[r as usize].into_iter().collect();
+                        let deps = std::mem::take(&mut last[r as usize]);
                         let slot = ((first + k) % NCCL_STEPS) as usize;
                         let held = self.held as usize;
                         self.group(
@@ -359,15 +399,19 @@ impl Builder {
                             t,
                             fused,
                         )?;
+                        let posted: &[OpId] = match start.get(r as usize) {
+                            Some(s) if k < NCCL_STEPS => s,
+                            _ => &[],
+                        };
                         let got = self.group(
                             slots[(2 * slot + 1) * held + r as usize],
                             &[],
                             &[(prev as u32, recv, tags[prev as usize])],
-                            &[],
+                            posted,
                             t,
                             fused,
                         )?;
-                        last[r as usize] = got.first().copied();
+                        last[r as usize] = got;
                     }
                 }
             }
@@ -404,7 +448,7 @@ impl Builder {
                 &sends,
                 &recvs,
                 &[],
-                tag(step, c),
+                tag(self.site, step, c),
                 step > 0,
             )?;
         }
@@ -430,7 +474,7 @@ impl Builder {
                     &[(to as u32, size(r, to), tags[r as usize])],
                     &[(from as u32, size(from, r), tags[from as usize])],
                     &[],
-                    tag(first + i - 1, c),
+                    tag(self.site, first + i - 1, c),
                     first + i > 1,
                 )?;
             }
@@ -469,13 +513,20 @@ impl Builder {
                 let got = if recvs.is_empty() {
                     Vec::new()
                 } else {
-                    self.group(ur[r], &[], &recvs, &[], tag(k, c), k > 0)?
+                    self.group(ur[r], &[], &recvs, &[], tag(self.site, k, c), k > 0)?
                 };
                 if let Some(p) = parent[r] {
                     // As one NCCL kernel the tree pays its launch once, where it starts:
                     // at the leaves' first sends; later hops pay the per-step latency.
                     let fused = k > 0 || (wire.is_some() && !children[r].is_empty());
-                    self.group(us[r], &[(p as u32, sz, up[r])], &[], &got, tag(k, c), fused)?;
+                    self.group(
+                        us[r],
+                        &[(p as u32, sz, up[r])],
+                        &[],
+                        &got,
+                        tag(self.site, k, c),
+                        fused,
+                    )?;
                 }
                 reduced[r] = got;
             }
@@ -487,7 +538,7 @@ impl Builder {
                         &[],
                         &[(p as u32, sz, down[r])],
                         &[],
-                        tag(k, c + 1),
+                        tag(self.site, k, c + 1),
                         k > 0,
                     )?,
                 };
@@ -497,7 +548,7 @@ impl Builder {
                         .map(|&ch| (ch as u32, sz, down[ch as usize]))
                         .collect();
                     let fused = k > 0 || wire.is_some();
-                    self.group(ds[r], &sends, &[], &ready, tag(k, c + 1), fused)?;
+                    self.group(ds[r], &sends, &[], &ready, tag(self.site, k, c + 1), fused)?;
                 }
             }
         }
@@ -561,7 +612,154 @@ impl Builder {
     }
 }
 
-/// A binary tree over `n` members where member `at(p)` sits at heap position p: each
+/// An NCCL communicator inside a larger plan (a data-parallel group of a layer or a
+/// step): its members' channels, each a rail-aligned ring ([`member_ring_order`]) on
+/// [`NCCL_STEPS`] send and receive slot streams per member, built once and reused by
+/// every collective of the group, which run one after another as NCCL runs the
+/// collectives of one communicator on one CUDA stream.
+#[derive(Debug, Clone)]
+pub struct Comm {
+    /// The plan rank of each member.
+    members: Vec<u32>,
+    /// Members `0..held` are built (the rest are their translates in a symmetric plan).
+    held: usize,
+    /// Per channel: (position → member, member → position).
+    orders: Vec<(Vec<u64>, Vec<u64>)>,
+    /// Per channel: the slot streams, laid out as [`Builder::ring`] reads them.
+    slots: Vec<Vec<StreamId>>,
+    /// Per held member: what the last collective ended with (each channel's last
+    /// receive); the next one's first sends wait for them.
+    done: Vec<Vec<OpId>>,
+}
+
+impl Comm {
+    /// The communicator of `members` (plan ranks, in group order; `nodes[m]`: member m's
+    /// node), the first `held` built, on `channels` channels moving as `wire` says.
+    pub fn new(
+        b: &mut PlanBuilder,
+        name: &str,
+        members: Vec<u32>,
+        held: usize,
+        nodes: &[u64],
+        channels: u32,
+        wire: Wire,
+    ) -> Comm {
+        let w = b.wire(wire);
+        let mut orders = Vec::with_capacity(channels as usize);
+        let mut slots = Vec::with_capacity(channels as usize);
+        for c in 0..channels as u64 {
+            let order = member_ring_order(nodes, c);
+            let mut pos = vec![0u64; order.len()];
+            for (p, &m) in order.iter().enumerate() {
+                pos[m as usize] = p as u64;
+            }
+            orders.push((order, pos));
+            // One thread block per member runs all of its channel's slots.
+            let blocks: Vec<u32> = (0..held).map(|_| b.block()).collect();
+            let mut v = Vec::with_capacity(2 * NCCL_STEPS as usize * held);
+            for slot in 0..NCCL_STEPS {
+                for dir in ["send", "recv"] {
+                    let stream = format!("{name}-ch{c}-{dir}{slot}");
+                    for (&r, &blk) in members[..held].iter().zip(&blocks) {
+                        let s = b.channel_stream(r, &stream, w);
+                        b.in_block(s, blk);
+                        v.push(s);
+                    }
+                }
+            }
+            slots.push(v);
+        }
+        Comm {
+            members,
+            held,
+            orders,
+            slots,
+            done: vec![Vec::new(); held],
+        }
+    }
+
+    /// Members of the communicator.
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// A ring all-gather or reduce-scatter over the channels in which every member
+    /// contributes (all-gather) or ends with (reduce-scatter) `piece` bytes — nccl-tests'
+    /// size is `piece` × members — cut evenly over the channels. Member m's first sends
+    /// wait for `after[m]` and for the group's previous collective. Returns, per held
+    /// member, the ops that end it there (each channel's last receive).
+    pub fn ring(
+        &mut self,
+        b: &mut PlanBuilder,
+        site: u16,
+        op: CollectiveOp,
+        piece: u64,
+        after: &[Option<OpId>],
+    ) -> Result<Vec<Vec<OpId>>, CollectiveError> {
+        let n = self.members.len() as u64;
+        let reduce = match op {
+            CollectiveOp::AllGather => false,
+            CollectiveOp::ReduceScatter => true,
+            other => {
+                return Err(CollectiveError::NoSuchAlgorithm {
+                    op: other,
+                    algorithm: Algorithm::Ring,
+                    known: "all-gather, reduce-scatter".to_string(),
+                });
+            }
+        };
+        if n < 2 {
+            return Err(CollectiveError::TooFewRanks(n as u32));
+        }
+        let mut bld = Builder {
+            b,
+            n: n as u32,
+            held: self.held as u32,
+            ranks: Some(&self.members),
+            site,
+        };
+        let shares = split(piece, self.orders.len() as u64);
+        let mut ends = vec![Vec::new(); self.held];
+        for (c, ((order, pos), slots)) in self.orders.iter().zip(&self.slots).enumerate() {
+            let mut last: Vec<Vec<OpId>> = (0..self.held)
+                .map(|m| {
+                    let mut d = self.done[m].clone();
+                    d.extend(after.get(m).copied().flatten());
+                    d
+                })
+                .collect();
+            let sizes = vec![shares[c]; n as usize];
+            let block = |p: u64, k: u64| {
+                if reduce {
+                    (p + 2 * n - k - 1) % n
+                } else {
+                    (p + n - k) % n
+                }
+            };
+            bld.ring(
+                &[],
+                (order, pos),
+                &sizes,
+                n - 1,
+                0,
+                c as u64,
+                block,
+                Some((slots, last.as_mut_slice())),
+            )?;
+            for (e, l) in ends.iter_mut().zip(last) {
+                e.extend(l);
+            }
+        }
+        self.done = ends.clone();
+        Ok(ends)
+    }
+}
+
+/// A binary tree over `n` members where member `at(p)` sits at heap position p/// A binary tree over `n` members where member `at(p)` sits at heap position p: each
 /// member's parent and children.
 fn heap_tree(n: u64, at: &dyn Fn(u64) -> u64) -> (Vec<Option<u64>>, Vec<Vec<u64>>) {
     let mut parent = vec![None; n as usize];
@@ -679,21 +877,24 @@ pub fn build_with(spec: &CollectiveSpec, shift: Option<u32>) -> Result<Plan, Col
         }
         .into());
     }
+    let mut pb = match shift {
+        Some(s) => PlanBuilder::symmetric(spec.ranks, s),
+        None => PlanBuilder::new(spec.ranks),
+    };
+    let site = pb.site(spec.op.name());
     let mut b = Builder {
-        b: match shift {
-            Some(s) => PlanBuilder::symmetric(spec.ranks, s),
-            None => PlanBuilder::new(spec.ranks),
-        },
+        b: &mut pb,
         n: spec.ranks,
         held,
+        ranks: None,
+        site,
     };
-    b.b.site(spec.op.name());
     if spec.algorithm == Algorithm::Tree {
         match nccl {
             Some(c) => b.nccl_tree(spec.bytes, spec.chunks as u64, c)?,
             None => b.tree(spec.bytes, k)?,
         }
-        return Ok(b.b.finish()?);
+        return Ok(pb.finish()?);
     }
     let wire = nccl.map(|c| b.b.wire(c.wire));
     let identity: Vec<u64> = (0..n).collect();
@@ -728,11 +929,11 @@ pub fn build_with(spec: &CollectiveSpec, shift: Option<u32>) -> Result<Plan, Col
                 .collect(),
             _ => Vec::new(),
         };
-        let mut last = vec![None; b.held as usize];
+        let mut last = vec![Vec::new(); b.held as usize];
         let split_on = !recv_streams.is_empty();
         macro_rules! split {
             () => {
-                split_on.then_some((recv_streams.as_slice(), &mut last))
+                split_on.then_some((recv_streams.as_slice(), last.as_mut_slice()))
             };
         }
         use Algorithm::*;
@@ -805,7 +1006,7 @@ pub fn build_with(spec: &CollectiveSpec, shift: Option<u32>) -> Result<Plan, Col
                         &[(to as u32, part, tags[r as usize])],
                         &[(from as u32, part, tags[from as usize])],
                         &[],
-                        tag(0, c),
+                        tag(b.site, 0, c),
                         false,
                     )?;
                 }
@@ -813,12 +1014,13 @@ pub fn build_with(spec: &CollectiveSpec, shift: Option<u32>) -> Result<Plan, Col
             _ => unreachable!("algorithm checked against the op above"),
         }
     }
-    Ok(b.b.finish()?)
+    Ok(pb.finish()?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::Op;
 
     fn spec(op: CollectiveOp, algorithm: Algorithm, ranks: u32, bytes: u64) -> CollectiveSpec {
         CollectiveSpec {
@@ -871,6 +1073,96 @@ mod tests {
         })
         .unwrap_err();
         assert_eq!(e, CollectiveError::NoChunks);
+    }
+
+    /// On members numbered node by node, filling whole nodes, the member ring is the
+    /// rail-aligned ring of `ring_order`'s closed form; on members interleaved over
+    /// nodes each channel is still a permutation that visits each node's members
+    /// together and enters each node on its `c mod g`-th member.
+    #[test]
+    fn member_rings_are_rail_aligned() {
+        let closed = |n: u64, g: u64, c: u64| -> Vec<u64> {
+            let (x, rev) = (c % g, (c / g) % 2 == 1);
+            (0..n / g)
+                .flat_map(|node| {
+                    (0..g).map(move |i| node * g + if rev { (x + g - i) % g } else { (x + i) % g })
+                })
+                .collect()
+        };
+        for (n, g) in [(8, 8), (16, 8), (12, 4), (6, 1)] {
+            for c in 0..2 * g + 1 {
+                assert_eq!(ring_order(n, g, c), closed(n, g, c), "n {n} g {g} c {c}");
+            }
+        }
+        let nodes = [5, 2, 5, 2, 5, 2];
+        for c in 0..7u64 {
+            let r = member_ring_order(&nodes, c);
+            let mut sorted = r.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, (0..6).collect::<Vec<_>>());
+            // Node 5's members (0, 2, 4) first, then node 2's (1, 3, 5).
+            assert!(r[..3].iter().all(|&m| nodes[m as usize] == 5), "{r:?}");
+            assert_eq!(r[0], [0, 2, 4][(c % 3) as usize]);
+            assert_eq!(r[3], [1, 3, 5][(c % 3) as usize]);
+        }
+    }
+
+    /// A communicator inside a larger plan: each collective moves `piece` × (n − 1) per
+    /// member over its channels together, the plan stays deadlock-free with collectives
+    /// back to back, and each collective's first sends wait for the previous one's end.
+    #[test]
+    fn a_communicator_runs_its_collectives_in_turn() {
+        let wire = Wire {
+            factor: 1.0,
+            cap: f64::INFINITY,
+            launch_latency: 1e-6,
+            intra_step_latency: 1e-6,
+            inter_step_latency: 2e-6,
+        };
+        // Plan ranks 1, 3, 5, 7 of 8 on nodes 0, 0, 1, 1; 3 channels.
+        let members = vec![1u32, 3, 5, 7];
+        let mut b = PlanBuilder::new(8);
+        let site = b.site("dp");
+        let mut comm = Comm::new(&mut b, "dp", members.clone(), 4, &[0, 0, 1, 1], 3, wire);
+        assert_eq!(comm.len(), 4);
+        let piece = 1_000_003u64;
+        let after = vec![None; 4];
+        let first = comm
+            .ring(&mut b, site, CollectiveOp::AllGather, piece, &after)
+            .unwrap();
+        assert!(first.iter().all(|e| e.len() == 3), "one end per channel");
+        let second = comm
+            .ring(&mut b, site, CollectiveOp::ReduceScatter, piece, &after)
+            .unwrap();
+        let e = comm
+            .ring(&mut b, site, CollectiveOp::AllReduce, piece, &after)
+            .unwrap_err();
+        assert!(matches!(e, CollectiveError::NoSuchAlgorithm { .. }), "{e}");
+        let plan = b.finish().unwrap();
+        plan.check_deadlock_free().unwrap();
+        assert_eq!(plan.bytes_sent(), 2 * 4 * 3 * piece);
+        // Every op of the second collective comes after some end of the first.
+        let ends: std::collections::BTreeSet<OpId> = first.iter().flatten().copied().collect();
+        let firsts: Vec<&Op> = plan
+            .ops
+            .iter()
+            .enumerate()
+            .filter(|(i, o)| {
+                matches!(o.kind, OpKind::Send { .. })
+                    && plan.deps(*i as OpId).iter().any(|d| ends.contains(d))
+            })
+            .map(|(_, o)| o)
+            .collect();
+        assert!(!firsts.is_empty());
+        assert!(second.iter().flatten().all(|&o| !ends.contains(&o)));
+        // Every member ends with messages on its own streams, in thread blocks of their
+        // channel.
+        for o in &plan.ops {
+            let st = &plan.streams[o.stream as usize];
+            assert!(members.contains(&st.rank));
+            assert!(st.wire.is_some() && st.block.is_some());
+        }
+        assert_eq!(plan.blocks, 4 * 3);
     }
 
     #[test]

@@ -33,6 +33,7 @@
 //! them (see [`build`]). Ranks: tp fastest, then Ulysses, then dp (`tp-inner`), or the
 //! reverse (`dp-inner`).
 
+use super::collective::{CollectiveError, CollectiveOp, Comm};
 use super::sites::{self, Blocks, RankStreams, WeightChunks};
 use super::{MlpShape, StrategyError, blocks, check_div};
 use crate::plan::{EltKind, OpId, OpKind, OpTag, Plan, PlanBuilder, StreamId, StreamKind};
@@ -245,6 +246,20 @@ struct Ctx<'a> {
     /// Forward sites whose weights are being gathered by a fused parameter Flash-AG:
     /// site → per built rank, per weight column chunk (in use order) its arrival.
     fwd_weights: BTreeMap<&'static str, Vec<Vec<Option<OpId>>>>,
+    /// The NCCL communicator of each tensor rank's data-parallel group (empty: the
+    /// groups' bulk collectives are plain rings on the `dp-comm` streams).
+    dp_comms: Vec<Comm>,
+    /// Per built rank: ops its next compute op also waits for (a collective's channels
+    /// end in several ops).
+    gate: Vec<Vec<OpId>>,
+}
+
+/// The machine the data-parallel collectives of a layer or step run over as NCCL runs
+/// them (channels, rail-aligned rings, the protocol its model picks).
+#[derive(Debug, Clone, Copy)]
+pub struct Net<'a> {
+    pub topo: &'a crate::topology::Topology,
+    pub nccl: &'a crate::cost::nccl::NcclConfig,
 }
 
 /// Within-shard row range [lo, hi) (in units of 1/(K·N) of a shard, K·N = `den`) and the
@@ -353,7 +368,10 @@ impl Ctx<'_> {
         let site = self.b.site(site);
         let mut out = Vec::with_capacity(self.n());
         for (r, a) in after.iter().enumerate() {
-            let d: Vec<OpId> = a.iter().copied().collect();
+            let mut d: Vec<OpId> = a.iter().copied().collect();
+            if let Some(g) = self.gate.get_mut(r) {
+                d.append(g);
+            }
             out.push(Some(self.b.single(
                 self.st.compute[r],
                 kind,
@@ -446,20 +464,46 @@ impl Ctx<'_> {
     }
 
     /// A ring collective over every data-parallel group: `piece` bytes per rank per
-    /// step, each rank's first send after `after[r]`; a reduce-scatter when `reduce`.
-    /// Returns each built rank's last op of it (or `after[r]` when dp = 1).
+    /// step (the all-gather `fwd.dp-ag` of parameters or the reduce-scatter `bwd.dp-rs`
+    /// of gradients), each rank's first send after `after[r]`. On NCCL communicators
+    /// (`dp_comms`) it runs on their channels after the group's previous collective;
+    /// otherwise as one plain ring on the `dp-comm` streams. Returns, per built rank,
+    /// the ops that end it there (`after[r]` when dp = 1).
     fn dp_ring(
         &mut self,
         site: &str,
         piece: u64,
         after: &PerRank,
-    ) -> Result<PerRank, StrategyError> {
+    ) -> Result<Vec<Vec<OpId>>, StrategyError> {
         if self.s.sync() <= 1 {
-            return Ok(after.clone());
+            return Ok(after.iter().map(|a| a.iter().copied().collect()).collect());
         }
+        let op = if site.ends_with("dp-rs") {
+            CollectiveOp::ReduceScatter
+        } else {
+            CollectiveOp::AllGather
+        };
         let site = self.b.site(site);
         let (tp, built, dp) = (self.tp(), self.groups.len(), self.s.sync() as usize);
-        let mut out = after.clone();
+        if !self.dp_comms.is_empty() {
+            let mut out = vec![Vec::new(); after.len()];
+            for t in 0..tp {
+                let first: Vec<Option<OpId>> = (0..built).map(|d| after[d * tp + t]).collect();
+                let ends = self.dp_comms[t]
+                    .ring(&mut self.b, site, op, piece, &first)
+                    .map_err(|e| match e {
+                        CollectiveError::Strategy(e) => e,
+                        _ => StrategyError::Unsupported(
+                            "a data-parallel collective this layer cannot build",
+                        ),
+                    })?;
+                for (d, e) in ends.into_iter().enumerate() {
+                    out[d * tp + t] = e;
+                }
+            }
+            return Ok(out);
+        }
+        let mut out: Vec<Vec<OpId>> = after.iter().map(|a| a.iter().copied().collect()).collect();
         for t in 0..tp {
             let mut first = vec![None; dp];
             for (d, f) in first.iter_mut().enumerate().take(built) {
@@ -468,7 +512,7 @@ impl Ctx<'_> {
             let done =
                 sites::bulk_all_gather(&mut self.b, &self.dp_groups[t], site, piece, &first)?;
             for d in 0..built {
-                out[d * tp + t] = done[d];
+                out[d * tp + t] = done[d].into_iter().collect();
             }
         }
         Ok(out)
@@ -1082,6 +1126,7 @@ pub fn build(
     sites: &BTreeMap<String, Strategy>,
     step: bool,
     shift: Option<u32>,
+    net: Option<Net>,
 ) -> Result<Plan, StrategyError> {
     for st in std::iter::once(&strategy).chain(sites.values()) {
         check_layer(*st, s, step)?;
@@ -1093,8 +1138,16 @@ pub fn build(
     // Tensor-parallel groups: one per (replica d, Ulysses rank j), index d·u + j; a
     // symmetric plan holds the first ones (whole replicas).
     let groups_all = dp * u;
+    // A symmetric plan's rotation must also move the data-parallel communicators' nodes
+    // onto nodes (their channel rings are laid out node by node).
+    let node = net.map_or(world, |n| n.topo.gpus_per_node().max(1) as u32);
     let built = match shift {
-        Some(sh) if s.order == RankOrder::TpInner && sh % (tp * u) == 0 && world % sh == 0 => {
+        Some(sh)
+            if s.order == RankOrder::TpInner
+                && sh % (tp * u) == 0
+                && world % sh == 0
+                && (world <= node || sh % node == 0) =>
+        {
             sh / tp
         }
         _ => groups_all,
@@ -1181,7 +1234,43 @@ pub fn build(
         sync: false,
         grads: vec![None; n],
         fwd_weights: BTreeMap::new(),
+        dp_comms: Vec::new(),
+        gate: vec![Vec::new(); n],
     };
+    if let Some(net) = net
+        && sync > 1
+    {
+        let bucket = c.grad_piece().saturating_mul(sync as u64);
+        for t in 0..tp as usize {
+            let members = c.dp_groups[t].ranks.clone();
+            let Some((ch, _, wire)) = crate::cost::nccl::ring_for(
+                net.nccl,
+                net.topo,
+                &members,
+                crate::cost::nccl::NcclColl::ReduceScatter,
+                bucket,
+            ) else {
+                break;
+            };
+            let nodes: Vec<u64> = members
+                .iter()
+                .map(|&r| net.topo.node_of(r as usize) as u64)
+                .collect();
+            let comm = Comm::new(
+                &mut c.b,
+                "dp",
+                members,
+                built as usize,
+                &nodes,
+                ch.count,
+                wire,
+            );
+            c.dp_comms.push(comm);
+        }
+        if c.dp_comms.len() != tp as usize {
+            c.dp_comms.clear();
+        }
+    }
     let dps = c.dp_strategy();
     let piece = c.grad_piece();
     let mut x: PerRank = vec![None; n];
@@ -1217,8 +1306,11 @@ pub fn build(
             if prefetch && i + 1 < layers {
                 gathered = Some(c.dp_ring("fwd.dp-ag", piece, &x)?);
             }
-            let start: PerRank = x.iter().zip(&params).map(|(a, p)| later(*a, *p)).collect();
-            x = c.layer_fwd(&start)?;
+            // The layer starts once its parameters are gathered.
+            for (g, p) in c.gate.iter_mut().zip(params) {
+                g.extend(p);
+            }
+            x = c.layer_fwd(&x)?;
         }
         if step {
             x = c.head_fwd(&x)?;
@@ -1238,7 +1330,11 @@ pub fn build(
     // `sequential`: every bucket after the whole backward, one after another.
     for p in late_buckets {
         let done = c.dp_ring("bwd.dp-rs", p, &x)?;
-        x = x.iter().zip(&done).map(|(a, d)| later(*a, *d)).collect();
+        x = x
+            .iter()
+            .zip(&done)
+            .map(|(a, d)| d.iter().copied().max().or(*a))
+            .collect();
     }
     let flops = if step {
         s.step_model_flops()
@@ -1371,7 +1467,7 @@ mod tests {
     fn the_plan_carries_the_model_flops_and_every_site() {
         let s = shape("llama-3-8b", 4, 1, 2048);
         for st in [Strategy::Sequential, Strategy::Chunked(4), Strategy::Flash] {
-            let p = build(&s, st, &BTreeMap::new(), false, None).unwrap();
+            let p = build(&s, st, &BTreeMap::new(), false, None, None).unwrap();
             assert_eq!(p.model_flops, s.layer_model_flops());
             assert!(!p.has_dataflow());
             for site in [
@@ -1430,10 +1526,10 @@ mod tests {
     fn per_site_strategies_change_only_their_sites() {
         let s = shape("llama-3-8b", 4, 1, 2048);
         let mut sites = BTreeMap::new();
-        let plain = build(&s, Strategy::Flash, &sites, false, None).unwrap();
+        let plain = build(&s, Strategy::Flash, &sites, false, None, None).unwrap();
         sites.insert("fc2".to_string(), Strategy::Chunked(4));
         sites.insert("bwd.qkv".to_string(), Strategy::Sequential);
-        let mixed = build(&s, Strategy::Flash, &sites, false, None).unwrap();
+        let mixed = build(&s, Strategy::Flash, &sites, false, None, None).unwrap();
         mixed.check_deadlock_free().unwrap();
         let count = |p: &Plan, site: &str| {
             let i = p.sites.iter().position(|x| x == site).unwrap() as u16;
@@ -1455,7 +1551,7 @@ mod tests {
     fn query_split_conserves_attention_work_and_slices_grow() {
         let s = shape("llama-3-8b", 4, 1, 4096);
         let flops = |st: Strategy| {
-            let p = build(&s, st, &BTreeMap::new(), false, None).unwrap();
+            let p = build(&s, st, &BTreeMap::new(), false, None, None).unwrap();
             let mut v: Vec<f64> = p
                 .ops
                 .iter()

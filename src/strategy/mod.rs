@@ -166,7 +166,18 @@ fn layer_plan(
         .filter(|&sh| sh < topo.gpu_count() as u64)
         .filter(|&sh| topo.link_orbits_for(sh as u32).ok().flatten().is_some())
         .map(|sh| sh as u32);
-    layer::build(&shape, strategy, &sc.site_strategies, step, shift)
+    let net = layer::Net {
+        topo,
+        nccl: &sc.hardware.comm.nccl,
+    };
+    layer::build(
+        &shape,
+        strategy,
+        &sc.site_strategies,
+        step,
+        shift,
+        Some(net),
+    )
 }
 
 /// One tensor-parallel MLP site (`ag-gemm`, `gemm-rs`) or block (`mlp`).

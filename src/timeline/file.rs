@@ -142,6 +142,7 @@ impl TryFrom<TimelineFile> for Timeline {
                 name: s.name,
                 kind,
                 wire: None,
+                block: None,
             });
         }
         let mut spans = Vec::with_capacity(f.spans.len());

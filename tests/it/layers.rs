@@ -1,6 +1,8 @@
 //! Whole layers and steps against their critical paths: with communication free the
 //! simulated time is the compute critical path, with compute free it is the
 //! communication critical path (every transfer alone on its link), for every strategy.
+//! Data-parallel collectives run on NCCL channels: their messages also pay the channel's
+//! latencies, wire bytes and rate ceiling, which the critical path adds.
 
 use flashoverlap::config;
 use flashoverlap::cost;
@@ -13,9 +15,11 @@ use flashoverlap::topology::{LinkSpec, Topology};
 /// The longest path through the plan under the engine's rules: a launch starts when the
 /// previous launch of its stream has ended and every dependency of its ops has ended; a
 /// compute op lasts `compute(op)`; a transfer starts when both its send and its recv are
-/// posted and lasts `transfer(bytes)`; a launch ends with its last op. Relaxed to a fixed
-/// point (the plan is acyclic, so it converges).
-fn critical_path(plan: &Plan, gpu: &GpuSpec, transfer: impl Fn(u64) -> f64) -> f64 {
+/// posted and lasts `bytes / link` (`link` the bandwidth of every link, B/s), or on an NCCL
+/// channel its latency (launch unless fused, then the step's) plus its wire bytes at
+/// the lesser of the link and the channel's ceiling; a launch ends with its last op.
+/// Relaxed to a fixed point (the plan is acyclic, so it converges).
+fn critical_path(plan: &Plan, gpu: &GpuSpec, topo: &Topology, link: f64) -> f64 {
     let nl = plan.launch_count();
     let mut prev = vec![None; nl];
     let mut last_on_stream = vec![None; plan.streams.len()];
@@ -56,7 +60,36 @@ fn critical_path(plan: &Plan, gpu: &GpuSpec, transfer: impl Fn(u64) -> f64) -> f
                         let p = plan.partner(o as u32);
                         assert_ne!(p, NO_PARTNER);
                         let pl = plan.ops[p as usize].launch as usize;
-                        t.max(start[pl]) + transfer(bytes)
+                        // The send's side carries the channel parameters.
+                        let send = if matches!(plan.ops[o].kind, OpKind::Send { .. }) {
+                            o
+                        } else {
+                            p as usize
+                        };
+                        let so = &plan.ops[send];
+                        let time = match plan.streams[so.stream as usize].wire {
+                            None => bytes as f64 / link,
+                            Some(w) => {
+                                let w = plan.wires[w as usize];
+                                let OpKind::Send { peer, .. } = so.kind else {
+                                    unreachable!()
+                                };
+                                let step = if topo.node_of(so.rank as usize)
+                                    == topo.node_of(peer as usize)
+                                {
+                                    w.intra_step_latency
+                                } else {
+                                    w.inter_step_latency
+                                };
+                                let alpha = if plan.fused(so.launch) {
+                                    step
+                                } else {
+                                    w.launch_latency + step
+                                };
+                                alpha + bytes as f64 * w.factor / link.min(w.cap)
+                            }
+                        };
+                        t.max(start[pl]) + time
                     }
                     _ => t + dur(o),
                 };
@@ -87,6 +120,9 @@ fn scenario_u(workload: Workload, gbps: f64, free_compute: bool, dp: u64, u: u64
     sc.interference = false;
     sc.hardware.comm.message_latency = 0.0;
     sc.hardware.comm.step_latency = 0.0;
+    // One channel per data-parallel collective: C channels of one ring share its links,
+    // which the contention-free critical path does not model.
+    sc.hardware.comm.nccl.channels = Some(1);
     sc.hardware.topology = Topology::full_mesh(
         "mesh",
         8,
@@ -146,7 +182,7 @@ fn with_communication_free_the_time_is_the_compute_critical_path() {
             .filter(|&s| u == 1 || s != Strategy::QuerySplit)
         {
             let r = run_strategy(&sc, s, &opts()).unwrap();
-            let want = critical_path(&r.plan, &sc.hardware.gpu, |_| 0.0);
+            let want = critical_path(&r.plan, &sc.hardware.gpu, &sc.hardware.topology, 1e290);
             let got = r.metrics.makespan;
             assert!(
                 (got - want).abs() <= 1e-9 * want,
@@ -169,7 +205,7 @@ fn with_compute_free_the_time_is_the_communication_critical_path() {
             .filter(|&s| u == 1 || s != Strategy::QuerySplit)
         {
             let r = run_strategy(&sc, s, &opts()).unwrap();
-            let want = critical_path(&r.plan, &sc.hardware.gpu, |b| b as f64 / (gbps * 1e9));
+            let want = critical_path(&r.plan, &sc.hardware.gpu, &sc.hardware.topology, gbps * 1e9);
             let got = r.metrics.makespan;
             assert!(
                 (got - want).abs() <= 1e-9 * want,
@@ -334,7 +370,7 @@ fn tensor_groups_sit_in_a_node_and_data_parallelism_spans_nodes() {
                     tp_msgs += 1;
                     tp_cross += usize::from(!same_node);
                 }
-                "dp-comm" => {
+                name if name.starts_with("dp-") => {
                     dp_msgs += 1;
                     // dp-inner: the 4 replicas of a tensor shard on consecutive GPUs
                     // of one node.
@@ -393,7 +429,7 @@ fn data_parallel_strategies_move_the_same_bytes_and_bulk_overlaps() {
             .plan
             .ops
             .iter()
-            .filter(|o| r.plan.streams[o.stream as usize].name == "dp-comm")
+            .filter(|o| r.plan.streams[o.stream as usize].name.starts_with("dp-"))
             .filter_map(|o| match o.kind {
                 OpKind::Send { bytes, .. } => Some(bytes),
                 _ => None,
@@ -526,4 +562,44 @@ fn flash_data_parallelism_fuses_the_parameter_gather_into_the_forward_gemms() {
     };
     assert_eq!(qkv_gemms(Strategy::Flash), (2, vec![false, true]));
     assert_eq!(qkv_gemms(Strategy::Bulk), (1, vec![false]));
+}
+
+/// Data parallelism over 16 GPUs of 2 nodes (tp 1): NCCL's channels carry the
+/// gradient-sync rings across nodes through every NIC (each local GPU index sends across
+/// and receives from across, channel c entering a node at its GPU c mod 8), so the exposed communication of a sequential layer is a fraction of what one
+/// channel, through one NIC, leaves.
+#[test]
+fn data_parallel_rings_cross_nodes_on_every_rail() {
+    use flashoverlap::strategy::build_with;
+    let mut sc = config::load_scenario("default").unwrap();
+    sc.model = config::load_model("llama-3-8b", None).unwrap();
+    sc.workload = Workload::Layer;
+    sc.parallel.tp = 1;
+    sc.parallel.dp = 16;
+    sc.batch = 1;
+    sc.seq = 4096;
+    sc.hardware = config::load_hardware_nodes("dgx-h100", None, Some(2)).unwrap();
+    let plan = build_with(&sc, sc.workload, Strategy::Sequential, false).unwrap();
+    let mut rails = std::collections::BTreeSet::new();
+    for o in &plan.ops {
+        if let OpKind::Send { peer, .. } = o.kind
+            && o.rank / 8 != peer / 8
+        {
+            assert!(plan.streams[o.stream as usize].name.starts_with("dp-"));
+            rails.insert((o.rank % 8, peer % 8));
+        }
+    }
+    let out: std::collections::BTreeSet<u32> = rails.iter().map(|r| r.0).collect();
+    let into: std::collections::BTreeSet<u32> = rails.iter().map(|r| r.1).collect();
+    assert_eq!((out.len(), into.len()), (8, 8), "{rails:?}");
+    let exposed = |sc: &Scenario| {
+        let m = run_strategy(sc, Strategy::Sequential, &opts())
+            .unwrap()
+            .metrics;
+        m.makespan - m.compute
+    };
+    let many = exposed(&sc);
+    sc.hardware.comm.nccl.channels = Some(1);
+    let one = exposed(&sc);
+    assert!(many < one / 3.0, "{many} vs one channel {one}");
 }

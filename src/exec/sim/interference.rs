@@ -5,9 +5,11 @@
 //! and the compute ops running. A compute op runs at `1 / factor` of its cost-model rate,
 //! `factor` a function of the counts:
 //!
-//! - a GEMM loses `min(posted × comm_ctas_per_op, max_comm_ctas)` SMs (wave quantization
-//!   through [`cost::gemm_sm_slowdown`]) and runs `gemm_slowdown_beside_transfer` slower
-//!   while a transfer of its GPU moves bytes;
+//! - a GEMM loses `min(posted × comm_ctas_per_op + blocks, max_comm_ctas)` SMs (wave
+//!   quantization through [`cost::gemm_sm_slowdown`]; `posted` counts P2P sends and
+//!   receives, `blocks` the NCCL thread blocks of collective channels with any op
+//!   posted, one SM each however many of their slots are posted) and runs
+//!   `gemm_slowdown_beside_transfer` slower while a transfer of its GPU moves bytes;
 //! - a memory-bound op (elementwise, copy) runs `memory_op_slowdown_beside_gemm` slower
 //!   while a GEMM runs on its GPU;
 //! - an elementwise op on a communication stream (a reduction: the adds of Flash-RS,
@@ -48,7 +50,11 @@ struct Progress {
 
 pub(super) struct InterferenceState {
     model: Interference,
+    /// Per rank, sends and receives posted outside any thread block.
     posted: Vec<u32>,
+    /// Per thread block, its ops posted; per rank, its blocks with one posted.
+    block_posted: Vec<u32>,
+    blocks_busy: Vec<u32>,
     moving: Vec<u32>,
     gemms: Vec<u32>,
     /// Per rank, side ops running and admitted.
@@ -78,6 +84,8 @@ impl InterferenceState {
         InterferenceState {
             model,
             posted: vec![0; ranks],
+            block_posted: vec![0; plan.blocks as usize],
+            blocks_busy: vec![0; ranks],
             moving: vec![0; ranks],
             gemms: vec![0; ranks],
             side_ops: vec![0; ranks],
@@ -156,10 +164,26 @@ impl InterferenceState {
         }
     }
 
-    /// A send or recv of `rank` posted (`+1`) or done (`-1`).
-    pub fn posted(&mut self, rank: u32, delta: i32) {
-        let c = &mut self.posted[rank as usize];
-        *c = c.saturating_add_signed(delta);
+    /// Send or recv `op` posted (`+1`) or done (`-1`).
+    pub fn posted(&mut self, plan: &Plan, op: OpId, delta: i32) {
+        let o = &plan.ops[op as usize];
+        let r = o.rank as usize;
+        match plan.streams[o.stream as usize].block {
+            Some(b) => {
+                let c = &mut self.block_posted[b as usize];
+                let was = *c > 0;
+                *c = c.saturating_add_signed(delta);
+                match (was, *c > 0) {
+                    (false, true) => self.blocks_busy[r] += 1,
+                    (true, false) => self.blocks_busy[r] = self.blocks_busy[r].saturating_sub(1),
+                    _ => {}
+                }
+            }
+            None => {
+                let c = &mut self.posted[r];
+                *c = c.saturating_add_signed(delta);
+            }
+        }
     }
 
     /// A transfer of `rank` started (`+1`) or stopped (`-1`) moving bytes.
@@ -251,6 +275,7 @@ impl InterferenceState {
                 let held = if self.holds_sms() {
                     (self.posted[r] as u64)
                         .saturating_mul(p.comm_ctas_per_op)
+                        .saturating_add(self.blocks_busy[r] as u64)
                         .min(p.max_comm_ctas)
                 } else {
                     0

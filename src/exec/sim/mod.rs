@@ -512,7 +512,7 @@ impl<'p> Engine<'p> {
                 if let Some(st) = self.interference.as_mut()
                     && st.holds_sms()
                 {
-                    st.posted(plan.ops[op as usize].rank, 1);
+                    st.posted(plan, op, 1);
                     changed = true;
                 }
                 // A send or recv is posted once it has a start time.
@@ -703,7 +703,7 @@ impl<'p> Engine<'p> {
             && st.holds_sms()
         {
             let rank = self.plan.ops[op as usize].rank;
-            st.posted(rank, -1);
+            st.posted(self.plan, op, -1);
             self.refresh(rank)?;
         }
         self.times[op as usize].end = self.now;

@@ -1,6 +1,6 @@
 //! Reports: the human table and the versioned JSON results document.
 
-use crate::scenario::Scenario;
+use crate::scenario::{Scenario, Workload};
 use crate::simulate::ScenarioRun;
 use serde::Serialize;
 
@@ -88,6 +88,62 @@ pub struct ScenarioSummary {
     /// Rank placement when there is data parallelism.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ranks: Option<RankMap>,
+    /// The GPUs the run places ranks on, of all the hardware profile has.
+    pub gpus: GpuUse,
+}
+
+/// How much of the machine a run covers.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct GpuUse {
+    pub used: u64,
+    pub available: u64,
+}
+
+/// The GPUs `sc` places ranks on (a block is one tensor-parallel group; a layer or a
+/// step every tp × ulysses × dp rank) and the profile's count.
+pub fn gpu_use(sc: &Scenario) -> GpuUse {
+    let used = match sc.workload {
+        Workload::Layer | Workload::Step => sc.parallel.world(),
+        _ => sc.parallel.tp,
+    };
+    GpuUse {
+        used,
+        available: sc.hardware.topology.gpu_count() as u64,
+    }
+}
+
+/// A line saying what part of the machine a run leaves idle and how to fill it; `None`
+/// when it uses every GPU.
+fn idle_gpus_line(sc: &Scenario) -> Option<String> {
+    let g = gpu_use(sc);
+    if g.used >= g.available {
+        return None;
+    }
+    let nodes = sc.hardware.topology.node_count();
+    let of = format!(
+        "{} of the {} GPUs of {}{} in use",
+        g.used,
+        g.available,
+        sc.hardware.name,
+        if nodes > 1 {
+            format!(" ({nodes} nodes)")
+        } else {
+            String::new()
+        }
+    );
+    let group = sc.parallel.tp.saturating_mul(sc.parallel.ulysses).max(1);
+    let fill = (g.available % group == 0).then(|| g.available / group);
+    Some(match (sc.workload, fill) {
+        (Workload::Layer | Workload::Step, Some(dp)) => {
+            format!("gpus: {of}; `--dp {dp}` spreads data parallelism over all of them\n")
+        }
+        (Workload::Layer | Workload::Step, None) => format!("gpus: {of}\n"),
+        (w, _) => format!(
+            "gpus: {of} (the {} workload is one tensor-parallel group; `--workload step --dp {}` runs data parallelism over the rest)\n",
+            w.name(),
+            g.available / sc.parallel.tp.max(1)
+        ),
+    })
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -142,6 +198,7 @@ pub fn summary(sc: &Scenario) -> ScenarioSummary {
             .collect(),
         interference: interference_on(sc),
         ranks: rank_map(sc),
+        gpus: gpu_use(sc),
     }
 }
 
@@ -346,6 +403,9 @@ pub fn table(sc: &Scenario, run: &ScenarioRun) -> String {
                 None => String::new(),
             }
         ));
+    }
+    if let Some(line) = idle_gpus_line(sc) {
+        out.push_str(&line);
     }
     if !sc.site_strategies.is_empty() {
         let o: Vec<String> = sc

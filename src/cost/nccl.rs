@@ -558,6 +558,7 @@ pub fn wire(
     crate::plan::Wire {
         factor,
         cap: payload_cap * factor,
+        weight: 1,
         launch_latency: BASE_LAT[algo.idx()][p.idx()] * 1e-6,
         intra_step_latency: intra * 1e-6,
         inter_step_latency: inter * 1e-6,

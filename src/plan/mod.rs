@@ -59,6 +59,10 @@ pub struct Wire {
     /// The most one message of this channel moves per second (wire bytes), whatever the
     /// links leave it; `+inf`: none.
     pub cap: f64,
+    /// How many identical NCCL channels (same ring, same routes) this stream's messages
+    /// stand for: their flow shares links as that many flows would (weighted max-min)
+    /// and `cap` is theirs together. 1 for one channel.
+    pub weight: u32,
     /// Seconds a collective's first step pays once (the kernel's launch and set-up).
     pub launch_latency: f64,
     /// Seconds each step pays between GPUs of one node, and between nodes (these
@@ -248,8 +252,9 @@ pub struct Plan {
     pub streams: Vec<StreamInfo>,
     /// Channel parameters that streams point to (see [`StreamInfo::wire`]).
     pub wires: Vec<Wire>,
-    /// Thread blocks that streams point to (see [`StreamInfo::block`]): ids `0..blocks`.
-    pub blocks: u32,
+    /// Thread blocks that streams point to (see [`StreamInfo::block`]): the SMs each
+    /// holds (one per NCCL channel it stands for).
+    pub blocks: Vec<u32>,
     pub ops: Vec<Op>,
     pub sites: Vec<String>,
     /// Useful model FLOPs of the whole plan (for MFU), as the strategy counts them.
@@ -400,7 +405,7 @@ pub struct PlanBuilder {
     ranks: u32,
     streams: Vec<StreamInfo>,
     wires: Vec<Wire>,
-    blocks: u32,
+    blocks: Vec<u32>,
     ops: Vec<Op>,
     sites: Vec<String>,
     dep_start: Vec<u32>,
@@ -427,7 +432,7 @@ impl PlanBuilder {
             ranks,
             streams: Vec::new(),
             wires: Vec::new(),
-            blocks: 0,
+            blocks: Vec::new(),
             ops: Vec::new(),
             sites: Vec::new(),
             dep_start: vec![0],
@@ -509,10 +514,11 @@ impl PlanBuilder {
         s
     }
 
-    /// A new NCCL thread block for [`PlanBuilder::in_block`].
-    pub fn block(&mut self) -> u32 {
-        self.blocks += 1;
-        self.blocks - 1
+    /// A new NCCL thread block for [`PlanBuilder::in_block`], holding `sms` SMs while
+    /// any op of its streams is posted (one per channel it stands for).
+    pub fn block(&mut self, sms: u32) -> u32 {
+        self.blocks.push(sms);
+        (self.blocks.len() - 1) as u32
     }
 
     /// Put stream `s` in thread block `block` (see [`StreamInfo::block`]).

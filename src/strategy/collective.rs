@@ -623,8 +623,13 @@ pub struct Comm {
     members: Vec<u32>,
     /// Members `0..held` are built (the rest are their translates in a symmetric plan).
     held: usize,
-    /// Per channel: (position → member, member → position).
+    /// Per distinct channel ring: (position → member, member → position); channels
+    /// with the same ring (a group of one GPU per node has one) run merged as one flow
+    /// per message weighted by their count.
     orders: Vec<(Vec<u64>, Vec<u64>)>,
+    /// Per distinct ring, the channels it stands for, of `channels`.
+    merged: Vec<Vec<u64>>,
+    channels: u64,
     /// Per channel: the slot streams, laid out as [`Builder::ring`] reads them.
     slots: Vec<Vec<StreamId>>,
     /// Per held member: what the last collective ended with (each channel's last
@@ -644,18 +649,36 @@ impl Comm {
         channels: u32,
         wire: Wire,
     ) -> Comm {
-        let w = b.wire(wire);
-        let mut orders = Vec::with_capacity(channels as usize);
-        let mut slots = Vec::with_capacity(channels as usize);
-        for c in 0..channels as u64 {
+        let mut rings: Vec<Vec<u64>> = Vec::new();
+        let mut merged: Vec<Vec<u64>> = Vec::new();
+        for c in 0..channels.max(1) as u64 {
             let order = member_ring_order(nodes, c);
+            match rings.iter().position(|o| *o == order) {
+                Some(i) => merged[i].push(c),
+                None => {
+                    rings.push(order);
+                    merged.push(vec![c]);
+                }
+            }
+        }
+        let mut orders = Vec::with_capacity(rings.len());
+        let mut slots = Vec::with_capacity(rings.len());
+        for (order, chans) in rings.into_iter().zip(&merged) {
+            let k = chans.len() as u32;
+            let w = b.wire(Wire {
+                cap: wire.cap * k as f64,
+                weight: wire.weight * k,
+                ..wire
+            });
+            let c = chans[0];
             let mut pos = vec![0u64; order.len()];
             for (p, &m) in order.iter().enumerate() {
                 pos[m as usize] = p as u64;
             }
             orders.push((order, pos));
-            // One thread block per member runs all of its channel's slots.
-            let blocks: Vec<u32> = (0..held).map(|_| b.block()).collect();
+            // One thread block per member runs all of its channel's slots (k blocks
+            // for k merged channels).
+            let blocks: Vec<u32> = (0..held).map(|_| b.block(k)).collect();
             let mut v = Vec::with_capacity(2 * NCCL_STEPS as usize * held);
             for slot in 0..NCCL_STEPS {
                 for dir in ["send", "recv"] {
@@ -673,6 +696,8 @@ impl Comm {
             members,
             held,
             orders,
+            merged,
+            channels: channels.max(1) as u64,
             slots,
             done: vec![Vec::new(); held],
         }
@@ -722,7 +747,12 @@ impl Comm {
             ranks: Some(&self.members),
             site,
         };
-        let shares = split(piece, self.orders.len() as u64);
+        let split_shares = split(piece, self.channels);
+        let shares: Vec<u64> = self
+            .merged
+            .iter()
+            .map(|cs| cs.iter().map(|&c| split_shares[c as usize]).sum())
+            .collect();
         let mut ends = vec![Vec::new(); self.held];
         for (c, ((order, pos), slots)) in self.orders.iter().zip(&self.slots).enumerate() {
             let mut last: Vec<Vec<OpId>> = (0..self.held)
@@ -759,7 +789,7 @@ impl Comm {
     }
 }
 
-/// A binary tree over `n` members where member `at(p)` sits at heap position p/// A binary tree over `n` members where member `at(p)` sits at heap position p: each
+/// A binary tree over `n` members where member `at(p)` sits at heap position p: each
 /// member's parent and children.
 fn heap_tree(n: u64, at: &dyn Fn(u64) -> u64) -> (Vec<Option<u64>>, Vec<Vec<u64>>) {
     let mut parent = vec![None; n as usize];
@@ -1115,6 +1145,7 @@ mod tests {
         let wire = Wire {
             factor: 1.0,
             cap: f64::INFINITY,
+            weight: 1,
             launch_latency: 1e-6,
             intra_step_latency: 1e-6,
             inter_step_latency: 2e-6,
@@ -1130,7 +1161,10 @@ mod tests {
         let first = comm
             .ring(&mut b, site, CollectiveOp::AllGather, piece, &after)
             .unwrap();
-        assert!(first.iter().all(|e| e.len() == 3), "one end per channel");
+        assert!(
+            first.iter().all(|e| e.len() == 2),
+            "one end per distinct channel ring"
+        );
         let second = comm
             .ring(&mut b, site, CollectiveOp::ReduceScatter, piece, &after)
             .unwrap();
@@ -1162,7 +1196,11 @@ mod tests {
             assert!(members.contains(&st.rank));
             assert!(st.wire.is_some() && st.block.is_some());
         }
-        assert_eq!(plan.blocks, 4 * 3);
+        // Channel 2's ring (entering each node of 2 at its first member, reversed) is
+        // channel 0's: the two run merged, one thread block of 2 SMs per member.
+        assert_eq!(plan.blocks.len(), 4 * 2);
+        assert_eq!(plan.blocks.iter().sum::<u32>(), 4 * 3);
+        assert_eq!(plan.wires.iter().map(|w| w.weight).max(), Some(2));
     }
 
     #[test]

@@ -52,7 +52,7 @@ pub(super) struct InterferenceState {
     model: Interference,
     /// Per rank, sends and receives posted outside any thread block.
     posted: Vec<u32>,
-    /// Per thread block, its ops posted; per rank, its blocks with one posted.
+    /// Per thread block, its ops posted; per rank, the SMs of its blocks with one posted.
     block_posted: Vec<u32>,
     blocks_busy: Vec<u32>,
     moving: Vec<u32>,
@@ -84,7 +84,7 @@ impl InterferenceState {
         InterferenceState {
             model,
             posted: vec![0; ranks],
-            block_posted: vec![0; plan.blocks as usize],
+            block_posted: vec![0; plan.blocks.len()],
             blocks_busy: vec![0; ranks],
             moving: vec![0; ranks],
             gemms: vec![0; ranks],
@@ -173,9 +173,10 @@ impl InterferenceState {
                 let c = &mut self.block_posted[b as usize];
                 let was = *c > 0;
                 *c = c.saturating_add_signed(delta);
+                let sms = plan.blocks[b as usize];
                 match (was, *c > 0) {
-                    (false, true) => self.blocks_busy[r] += 1,
-                    (true, false) => self.blocks_busy[r] = self.blocks_busy[r].saturating_sub(1),
+                    (false, true) => self.blocks_busy[r] = self.blocks_busy[r].saturating_add(sms),
+                    (true, false) => self.blocks_busy[r] = self.blocks_busy[r].saturating_sub(sms),
                     _ => {}
                 }
             }

@@ -600,8 +600,9 @@ impl<'p> Engine<'p> {
         });
         let fused = self.plan.fused(self.op_launch[send as usize]);
         let stream = self.plan.ops[send as usize].stream;
-        // (wire bytes per payload byte, rate ceiling, latency before the first byte)
-        let (factor, cap, alpha) = match self.plan.streams[stream as usize].wire {
+        // (wire bytes per payload byte, rate ceiling, latency before the first byte,
+        // channels the flow stands for)
+        let (factor, cap, alpha, weight) = match self.plan.streams[stream as usize].wire {
             // An NCCL channel: its protocol's wire bytes, its own rate ceiling and
             // NCCL's per-step latencies (which include the links').
             Some(w) => {
@@ -613,7 +614,7 @@ impl<'p> Engine<'p> {
                     w.inter_step_latency
                 };
                 let alpha = if fused { step } else { w.launch_latency + step };
-                (w.factor, w.cap, alpha)
+                (w.factor, w.cap, alpha, w.weight)
             }
             None => {
                 let sw = if fused {
@@ -621,10 +622,12 @@ impl<'p> Engine<'p> {
                 } else {
                     self.hw.comm.message_latency
                 };
-                (1.0, f64::INFINITY, sw + lat)
+                (1.0, f64::INFINITY, sw + lat, 1)
             }
         };
-        let f = self.net.add_flow(rs, rl, bytes as f64 * factor * jb, cap);
+        let f = self
+            .net
+            .add_flow(rs, rl, bytes as f64 * factor * jb, cap, weight);
         self.transfers.push(Transfer {
             send,
             recv,

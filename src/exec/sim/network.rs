@@ -19,11 +19,16 @@ pub(super) struct Flow {
     /// The most this flow may move per second, whatever its links leave it (an NCCL
     /// channel's own ceiling); `+inf` for none.
     pub cap: f64,
+    /// How many flows this one stands for on its links: it gets `weight` fair shares
+    /// (identical NCCL channels merged into one flow).
+    pub weight: u32,
 }
 
 pub(super) struct Network {
     capacity: Vec<f64>,
     on_link: Vec<Vec<u32>>,
+    /// Per link, the weights of its active flows summed.
+    weight_on: Vec<u32>,
     pub route_links: Vec<u32>,
     pub flows: Vec<Flow>,
     // Scratch, reused by every solve.
@@ -45,6 +50,7 @@ impl Network {
         Network {
             capacity: (0..n).map(|l| topo.link(l).bandwidth).collect(),
             on_link: vec![Vec::new(); n],
+            weight_on: vec![0; n],
             route_links: Vec::new(),
             flows: Vec::new(),
             link_stamp: vec![0; n],
@@ -78,10 +84,18 @@ impl Network {
     }
 
     /// A new, not yet active flow that never moves faster than `cap` bytes/s (`+inf`:
-    /// only its links limit it).
-    pub fn add_flow(&mut self, route_start: u32, route_len: u32, bytes: f64, cap: f64) -> u32 {
+    /// only its links limit it), standing for `weight` (at least 1) flows on its links.
+    pub fn add_flow(
+        &mut self,
+        route_start: u32,
+        route_len: u32,
+        bytes: f64,
+        cap: f64,
+        weight: u32,
+    ) -> u32 {
         self.flows.push(Flow {
             cap,
+            weight: weight.max(1),
             route_start,
             route_len,
             remaining: bytes,
@@ -106,9 +120,11 @@ impl Network {
             let fl = &self.flows[f as usize];
             (fl.route_start as usize, fl.route_len as usize)
         };
+        let w = self.flows[f as usize].weight;
         for i in s..s + l {
             let link = self.route_links[i];
             self.on_link[link as usize].push(f);
+            self.weight_on[link as usize] += w;
         }
         self.solve_from_links(s, l, now);
         &self.touched
@@ -116,14 +132,15 @@ impl Network {
 
     /// Take finished flow `f` off its links; returns the flows whose rate was re-solved.
     pub fn finish(&mut self, f: u32, now: f64) -> &[u32] {
-        let (s, l) = {
+        let (s, l, w) = {
             let fl = &mut self.flows[f as usize];
             fl.active = false;
             fl.remaining = 0.0;
-            (fl.route_start as usize, fl.route_len as usize)
+            (fl.route_start as usize, fl.route_len as usize, fl.weight)
         };
         for i in s..s + l {
             let link = self.route_links[i] as usize;
+            self.weight_on[link] -= w;
             let v = &mut self.on_link[link];
             if let Some(p) = v.iter().position(|&x| x == f) {
                 v.remove(p);
@@ -193,13 +210,14 @@ impl Network {
         self.comp_links.sort_unstable();
         for &link in &self.comp_links {
             self.cap_left[link as usize] = self.capacity[link as usize];
-            self.unfrozen[link as usize] = self.on_link[link as usize].len() as u32;
+            self.unfrozen[link as usize] = self.weight_on[link as usize];
         }
+        // Caps per unit of weight, comparable with a link's fair share.
         self.capped.clear();
         for &f in &self.touched {
-            let c = self.flows[f as usize].cap;
-            if c.is_finite() {
-                self.capped.push((c, f));
+            let fl = &self.flows[f as usize];
+            if fl.cap.is_finite() {
+                self.capped.push((fl.cap / fl.weight as f64, f));
             }
         }
         // Falling cap, ties by flow id: the smallest is popped first.
@@ -214,7 +232,7 @@ impl Network {
             {
                 self.capped.pop();
             }
-            // The tightest link: smallest share of what is left.
+            // The tightest link: smallest share (per unit of weight) of what is left.
             let mut best: Option<(f64, u32)> = None;
             for &link in &self.comp_links {
                 let u = self.unfrozen[link as usize];
@@ -237,7 +255,8 @@ impl Network {
                 break;
             };
             let share = share.max(0.0);
-            // A flow whose own ceiling is below every fair share left is fixed at it.
+            // A flow whose own ceiling (per unit of weight) is below every fair share
+            // left is fixed at it.
             if let Some(&(cap, f)) = self.capped.last()
                 && cap < share
             {
@@ -257,15 +276,53 @@ impl Network {
         }
     }
 
-    /// Fix flow `f`'s rate and take it out of its links' remaining shares.
-    fn freeze(&mut self, f: usize, rate: f64) {
+    /// Fix flow `f`'s rate at `share` per unit of its weight and take it out of its
+    /// links' remaining shares.
+    fn freeze(&mut self, f: usize, share: f64) {
         self.frozen[f] = true;
+        let w = self.flows[f].weight;
+        let rate = share * w as f64;
         self.flows[f].rate = rate;
         let (rs, rl) = (self.flows[f].route_start, self.flows[f].route_len);
         for j in rs..rs + rl {
             let l2 = self.route_links[j as usize] as usize;
             self.cap_left[l2] -= rate;
-            self.unfrozen[l2] -= 1;
+            self.unfrozen[l2] -= w;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::{LinkSpec, Topology};
+
+    /// A flow of weight 2 beside one of weight 1 on one link gets two thirds of it, as
+    /// two flows would; a cap binds per unit of weight (a weight-2 flow capped at 2·c
+    /// is two flows capped at c each), and what it leaves goes to the others.
+    #[test]
+    fn weighted_flows_share_as_that_many_flows() {
+        let link = LinkSpec {
+            bandwidth: 90.0,
+            latency: 0.0,
+        };
+        let topo = Topology::full_mesh("m", 2, link).unwrap();
+        let mut net = Network::new(&topo);
+        let l = (0..topo.link_count())
+            .find(|&i| topo.link(i).bandwidth == 90.0)
+            .unwrap() as u32;
+        net.route_links.push(l);
+        let a = net.add_flow(0, 1, 1e9, f64::INFINITY, 2);
+        let b = net.add_flow(0, 1, 1e9, f64::INFINITY, 1);
+        net.activate(a, 0.0);
+        net.activate(b, 0.0);
+        assert!((net.flows[a as usize].rate - 60.0).abs() < 1e-9);
+        assert!((net.flows[b as usize].rate - 30.0).abs() < 1e-9);
+        // Capped at 40 for its two channels: 20 each, below the fair 30.
+        let c = net.add_flow(0, 1, 1e9, 40.0, 2);
+        net.finish(a, 0.0);
+        net.activate(c, 0.0);
+        assert!((net.flows[c as usize].rate - 40.0).abs() < 1e-9);
+        assert!((net.flows[b as usize].rate - 50.0).abs() < 1e-9);
     }
 }

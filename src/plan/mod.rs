@@ -78,6 +78,10 @@ pub enum EltKind {
     Add,
     /// The MLP activation (gated or not).
     Activation,
+    /// The end of a collective that runs on several NCCL channels (each ending in its own
+    /// receive): it waits for all of them, moves nothing (`bytes` 0) and costs nothing.
+    /// Only in simulator-only plans.
+    Join,
 }
 
 impl EltKind {
@@ -85,6 +89,7 @@ impl EltKind {
         match self {
             EltKind::Add => "add",
             EltKind::Activation => "activation",
+            EltKind::Join => "join",
         }
     }
 }
@@ -176,6 +181,11 @@ impl OpKind {
                 kind: EltKind::Activation,
                 ..
             } => OpClass::Activation,
+            // A marker with no duration; drawn, if at all, as a copy.
+            OpKind::Elementwise {
+                kind: EltKind::Join,
+                ..
+            } => OpClass::Copy,
             OpKind::Copy { .. } => OpClass::Copy,
             OpKind::Send { .. } => OpClass::Send,
             OpKind::Recv { .. } => OpClass::Recv,

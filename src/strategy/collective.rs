@@ -225,6 +225,17 @@ pub enum CollectiveError {
     Strategy(#[from] StrategyError),
 }
 
+impl CollectiveError {
+    /// The error as a strategy's: a collective a strategy builds inside its plan fails
+    /// only on the plan (or on a group its builder should not have given).
+    pub fn into_strategy(self) -> StrategyError {
+        match self {
+            CollectiveError::Strategy(e) => e,
+            _ => StrategyError::Unsupported("a collective this plan cannot build"),
+        }
+    }
+}
+
 impl From<PlanError> for CollectiveError {
     fn from(e: PlanError) -> Self {
         CollectiveError::Strategy(StrategyError::Plan(e))

@@ -491,12 +491,7 @@ impl Ctx<'_> {
                 let first: Vec<Option<OpId>> = (0..built).map(|d| after[d * tp + t]).collect();
                 let ends = self.dp_comms[t]
                     .ring(&mut self.b, site, op, piece, &first)
-                    .map_err(|e| match e {
-                        CollectiveError::Strategy(e) => e,
-                        _ => StrategyError::Unsupported(
-                            "a data-parallel collective this layer cannot build",
-                        ),
-                    })?;
+                    .map_err(CollectiveError::into_strategy)?;
                 for (d, e) in ends.into_iter().enumerate() {
                     out[d * tp + t] = e;
                 }
@@ -1173,6 +1168,7 @@ pub fn build(
         ranks: Vec::new(),
         held: 0,
         weights: None,
+        nccl: None,
     };
     let mut dp_comm = Vec::new();
     let mut groups = Vec::with_capacity(built as usize);
@@ -1183,6 +1179,7 @@ pub fn build(
             ranks: Vec::new(),
             held: tp as usize,
             weights: None,
+            nccl: None,
         };
         for t in 0..tp {
             let r = rank(d, t);
@@ -1216,6 +1213,7 @@ pub fn build(
                     ranks: (0..sync).map(|g| rank(g, t as u32)).collect(),
                     held: built as usize,
                     weights: None,
+                    nccl: None,
                 }
             })
             .collect()
@@ -1237,6 +1235,37 @@ pub fn build(
         dp_comms: Vec::new(),
         gate: vec![Vec::new(); n],
     };
+    // Tensor-parallel groups that span nodes run their ring collectives (sequential,
+    // bulk and chunked sites) on an NCCL communicator of their own, with the protocol
+    // NCCL picks for one whole activation gathered.
+    if let Some(net) = net {
+        let activation = s
+            .tokens()
+            .saturating_mul(s.hidden)
+            .saturating_mul(s.dtype.bytes());
+        for g in 0..c.groups.len() {
+            let members = c.groups[g].ranks.clone();
+            let nodes: Vec<u64> = members
+                .iter()
+                .map(|&r| net.topo.node_of(r as usize) as u64)
+                .collect();
+            if nodes.iter().all(|&x| x == nodes[0]) {
+                continue;
+            }
+            let Some((ch, _, wire)) = crate::cost::nccl::ring_for(
+                net.nccl,
+                net.topo,
+                &members,
+                crate::cost::nccl::NcclColl::AllGather,
+                activation,
+            ) else {
+                continue;
+            };
+            let held = members.len();
+            let comm = Comm::new(&mut c.b, "tp", members, held, &nodes, ch.count, wire);
+            c.groups[g].nccl = Some(std::rc::Rc::new(std::cell::RefCell::new(comm)));
+        }
+    }
     if let Some(net) = net
         && sync > 1
     {

@@ -21,6 +21,12 @@ pub struct RankStreams {
     /// Weights gathered while the site runs (a parameter Flash-AG fused with its GEMMs):
     /// every GEMM is cut into column chunks, chunk c after `ready[member][c]`.
     pub weights: Option<WeightChunks>,
+    /// The group's NCCL communicator, where its ring collectives run as NCCL runs them
+    /// (a tensor-parallel group spanning nodes, in a simulator-only plan): each ring
+    /// all-gather or reduce-scatter runs on its channels and ends, on each member, in a
+    /// join on the member's comm stream. Shared by the group's clones, so the
+    /// communicator's collectives stay in order.
+    pub nccl: Option<std::rc::Rc<std::cell::RefCell<super::collective::Comm>>>,
 }
 
 /// Per member, per weight column chunk in the order the GEMMs use them: the op after
@@ -46,6 +52,7 @@ impl RankStreams {
             held: n as usize,
             ranks: (0..n).collect(),
             weights: None,
+            nccl: None,
         }
     }
 
@@ -366,6 +373,26 @@ fn ring(
     let n = st.len() as u64;
     let mut last = vec![None; n as usize];
     if n <= 1 {
+        return Ok(last);
+    }
+    if let Some(comm) = &st.nccl {
+        use super::collective::CollectiveOp;
+        let op = if accumulate {
+            CollectiveOp::ReduceScatter
+        } else {
+            CollectiveOp::AllGather
+        };
+        let ends = comm
+            .borrow_mut()
+            .ring(b, site, op, piece, &first[..st.held.min(first.len())])
+            .map_err(super::collective::CollectiveError::into_strategy)?;
+        let join = OpKind::Elementwise {
+            bytes: 0,
+            kind: EltKind::Join,
+        };
+        for (m, e) in ends.iter().enumerate() {
+            last[m] = Some(b.single(st.comm[m], join, e, tag(site, n, 0))?);
+        }
         return Ok(last);
     }
     let off = u64::from(accumulate);

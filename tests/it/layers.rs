@@ -366,7 +366,9 @@ fn tensor_groups_sit_in_a_node_and_data_parallelism_spans_nodes() {
             };
             let same_node = o.rank / 8 == peer / 8;
             match plan.streams[o.stream as usize].name.as_str() {
-                "comm" => {
+                // A tensor-parallel group spanning nodes (dp-inner) runs its rings on
+                // NCCL channels (`tp-ch…`).
+                name if name == "comm" || name.starts_with("tp-") => {
                     tp_msgs += 1;
                     tp_cross += usize::from(!same_node);
                 }
@@ -597,6 +599,64 @@ fn data_parallel_rings_cross_nodes_on_every_rail() {
             .unwrap()
             .metrics;
         m.makespan - m.compute
+    };
+    let many = exposed(&sc);
+    sc.hardware.comm.nccl.channels = Some(1);
+    let one = exposed(&sc);
+    assert!(many < one / 3.0, "{many} vs one channel {one}");
+}
+
+/// A tensor-parallel group of 16 over 2 nodes: its sequential all-gathers and
+/// reduce-scatters run as NCCL rings on channels over every NIC, each ending in a join,
+/// and expose a fraction of what one channel through one NIC leaves; Flash keeps its own
+/// P2P messages on the comm streams.
+#[test]
+fn tensor_parallel_rings_across_nodes_run_on_nccl_channels() {
+    use flashoverlap::plan::EltKind;
+    use flashoverlap::strategy::build_with;
+    let mut sc = config::load_scenario("default").unwrap();
+    sc.model = config::load_model("llama-3-8b", None).unwrap();
+    sc.workload = Workload::Layer;
+    sc.parallel.tp = 16;
+    sc.batch = 1;
+    sc.seq = 8192;
+    sc.hardware = config::load_hardware_nodes("dgx-h100", None, Some(2)).unwrap();
+    let plan = build_with(&sc, sc.workload, Strategy::Sequential, false).unwrap();
+    let mut out = std::collections::BTreeSet::new();
+    for o in &plan.ops {
+        let name = plan.streams[o.stream as usize].name.as_str();
+        if let OpKind::Send { peer, .. } = o.kind
+            && o.rank / 8 != peer / 8
+        {
+            assert!(name.starts_with("tp-ch"), "{name}");
+            out.insert(o.rank % 8);
+        }
+    }
+    assert_eq!(out.len(), 8, "{out:?}");
+    let joins = plan
+        .ops
+        .iter()
+        .filter(|o| {
+            matches!(
+                o.kind,
+                OpKind::Elementwise {
+                    kind: EltKind::Join,
+                    ..
+                }
+            )
+        })
+        .count();
+    assert!(joins > 0 && joins % 16 == 0, "{joins}");
+    let flash = build_with(&sc, sc.workload, Strategy::Flash, false).unwrap();
+    assert!(flash.ops.iter().any(|o| {
+        matches!(o.kind, OpKind::Send { peer, .. } if o.rank / 8 != peer / 8)
+            && flash.streams[o.stream as usize].name == "comm"
+    }));
+    let exposed = |sc: &Scenario| {
+        let m = run_strategy(sc, Strategy::Sequential, &opts())
+            .unwrap()
+            .metrics;
+        m.exposed_comm
     };
     let many = exposed(&sc);
     sc.hardware.comm.nccl.channels = Some(1);

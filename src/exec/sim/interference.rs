@@ -31,7 +31,7 @@
 
 use super::Interference;
 use crate::cost::{self, CostError};
-use crate::plan::{OpId, OpKind, Plan, StreamKind};
+use crate::plan::{EltKind, OpId, OpKind, Plan, StreamKind};
 use crate::scenario::{GpuSpec, Transport};
 use std::collections::BTreeMap;
 
@@ -94,6 +94,10 @@ impl InterferenceState {
                 .iter()
                 .map(|o| {
                     let side = match o.kind {
+                        OpKind::Elementwise {
+                            kind: EltKind::Join,
+                            ..
+                        } => false,
                         OpKind::Elementwise { .. } => true,
                         OpKind::Copy { .. } => admission,
                         _ => false,

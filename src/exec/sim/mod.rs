@@ -19,7 +19,7 @@ pub mod variability;
 
 use crate::cost::{self, CostError};
 use crate::fasthash::IntMap;
-use crate::plan::{LaunchId, NO_PARTNER, OpId, OpKind, Plan};
+use crate::plan::{EltKind, LaunchId, NO_PARTNER, OpId, OpKind, Plan};
 use crate::scenario::{
     Hardware, InterferenceParams, Scenario, Straggler, StragglerTarget, Transport,
 };
@@ -342,6 +342,10 @@ impl<'p> Engine<'p> {
                     }
                 }
                 OpKind::Attention(a) => cost::attention_time(gpu, &a)?,
+                OpKind::Elementwise {
+                    kind: EltKind::Join,
+                    ..
+                } => 0.0,
                 OpKind::Elementwise { bytes, .. } => cost::elementwise_time(gpu, bytes),
                 OpKind::Copy { bytes } => cost::elementwise_time(gpu, bytes.saturating_mul(2)),
                 OpKind::Send { .. } | OpKind::Recv { .. } => COMM,

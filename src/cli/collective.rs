@@ -420,6 +420,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
                 channels: ch.count,
                 node_size,
                 wire: nccl::wire(&cfg, &fabric, ch, t.algo, t.protocol),
+                channel_bw: fabric.channel_bw(ch.count, ch.ceiling).1,
             }),
         };
         let shift = orbits

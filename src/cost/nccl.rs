@@ -313,7 +313,7 @@ impl Fabric {
 
     /// The bytes/s one channel's ring moves inside a node and across nodes, as NCCL's
     /// graph search would settle: the links' share, at most `ceiling`.
-    fn channel_bw(&self, channels: u32, ceiling: f64) -> (f64, f64) {
+    pub fn channel_bw(&self, channels: u32, ceiling: f64) -> (f64, f64) {
         let c = channels.max(1) as f64;
         let intra = (self.intra_bw / c).min(ceiling);
         let inter = if self.nodes > 1 {

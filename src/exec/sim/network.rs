@@ -40,6 +40,8 @@ pub(super) struct Network {
     cap_left: Vec<f64>,
     unfrozen: Vec<u32>,
     frozen: Vec<bool>,
+    /// Per flow, its rate before the current solve.
+    prev_rate: Vec<f64>,
     /// Scratch: the component's capped flows, by falling cap.
     capped: Vec<(f64, u32)>,
 }
@@ -61,6 +63,7 @@ impl Network {
             cap_left: vec![0.0; n],
             unfrozen: vec![0; n],
             frozen: Vec::new(),
+            prev_rate: Vec::new(),
             capped: Vec::new(),
         }
     }
@@ -106,10 +109,12 @@ impl Network {
         });
         self.flow_stamp.push(0);
         self.frozen.push(false);
+        self.prev_rate.push(f64::NAN);
         (self.flows.len() - 1) as u32
     }
 
-    /// Put flow `f` on its links at time `now`; returns the flows whose rate was re-solved.
+    /// Put flow `f` on its links at time `now`; returns the flows whose rate the re-solve
+    /// changed (the others keep their completion times).
     pub fn activate(&mut self, f: u32, now: f64) -> &[u32] {
         {
             let fl = &mut self.flows[f as usize];
@@ -130,7 +135,8 @@ impl Network {
         &self.touched
     }
 
-    /// Take finished flow `f` off its links; returns the flows whose rate was re-solved.
+    /// Take finished flow `f` off its links; returns the flows whose rate the re-solve
+    /// changed.
     pub fn finish(&mut self, f: u32, now: f64) -> &[u32] {
         let (s, l, w) = {
             let fl = &mut self.flows[f as usize];
@@ -204,6 +210,7 @@ impl Network {
             }
             fl.last = now;
             self.frozen[f as usize] = false;
+            self.prev_rate[f as usize] = fl.rate;
         }
         // Deterministic order regardless of discovery order.
         self.touched.sort_unstable();
@@ -274,6 +281,11 @@ impl Network {
                 left -= 1;
             }
         }
+        // A flow whose rate came out the same keeps its scheduled completion: moving
+        // at that rate from its old start, it ends when it would have.
+        let (flows, prev) = (&self.flows, &self.prev_rate);
+        self.touched
+            .retain(|&f| flows[f as usize].rate.to_bits() != prev[f as usize].to_bits());
     }
 
     /// Fix flow `f`'s rate at `share` per unit of its weight and take it out of its

@@ -1309,6 +1309,7 @@ fn symmetric_plans_reproduce_the_full_simulation() {
                                 nccl::NcclAlgo::Ring,
                                 nccl::Protocol::Simple,
                             ),
+                            channel_bw: f.channel_bw(ch.count, ch.ceiling).1,
                         }),
                         ..spec
                     };

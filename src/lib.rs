@@ -23,4 +23,5 @@ pub mod sweep;
 pub mod timeline;
 pub mod topology;
 pub mod trace;
+pub mod units;
 pub mod validate;

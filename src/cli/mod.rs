@@ -11,6 +11,7 @@ mod simulate;
 mod sweep;
 mod validate;
 
+pub use crate::units::parse_count;
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
@@ -92,22 +93,6 @@ impl CliError {
     }
 }
 
-/// Parse a count with an optional binary suffix: `4096`, `4k` (= 4096), `1m`.
-pub fn parse_count(s: &str) -> Result<i64, String> {
-    let t = s.trim();
-    let (num, mul) = match t.char_indices().last() {
-        Some((i, 'k' | 'K')) => (&t[..i], 1i64 << 10),
-        Some((i, 'm' | 'M')) => (&t[..i], 1i64 << 20),
-        Some((i, 'g' | 'G')) => (&t[..i], 1i64 << 30),
-        _ => (t, 1),
-    };
-    let n: i64 = num
-        .parse()
-        .map_err(|_| format!("`{s}` is not a count (e.g. 4096 or 4k)"))?;
-    n.checked_mul(mul)
-        .ok_or_else(|| format!("`{s}` is too large"))
-}
-
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
@@ -153,13 +138,71 @@ mod tests {
         use clap::CommandFactory;
         Cli::command().debug_assert();
     }
+}
+
+/// The layering ARCHITECTURE.md states, checked on the sources: no library module
+/// reaches into the command line, and the two executors of data (the host reference and
+/// the GPU executor) share `exec::data` instead of importing each other.
+#[cfg(test)]
+mod layering {
+    use std::path::{Path, PathBuf};
+
+    fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                rust_files(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+
+    /// Lines of code (comments dropped) of the library's files under `src/` whose path
+    /// starts with one of `under` (not the command line's, not the binary's `main.rs`).
+    fn code_lines(under: &[&str]) -> Vec<(String, String)> {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = Vec::new();
+        rust_files(&src, &mut files);
+        let mut out = Vec::new();
+        for f in files {
+            let rel = f
+                .strip_prefix(&src)
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/");
+            // The binary's `main.rs` is the one place that calls the command line.
+            if rel.starts_with("cli/")
+                || rel == "main.rs"
+                || !under.iter().any(|u| rel.starts_with(u))
+            {
+                continue;
+            }
+            for line in std::fs::read_to_string(&f).unwrap().lines() {
+                let code = line.split("//").next().unwrap_or("");
+                out.push((rel.clone(), code.to_string()));
+            }
+        }
+        out
+    }
 
     #[test]
-    fn counts() {
-        assert_eq!(parse_count("4k"), Ok(4096));
-        assert_eq!(parse_count("32"), Ok(32));
-        assert_eq!(parse_count("1M"), Ok(1 << 20));
-        assert!(parse_count("4q").is_err());
-        assert!(parse_count("9999999999999g").is_err());
+    fn no_library_module_imports_the_command_line() {
+        for (file, code) in code_lines(&[""]) {
+            assert!(
+                !code.contains("crate::cli") && !code.contains("flashoverlap::cli"),
+                "{file}: {code}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_executors_of_data_do_not_import_each_other() {
+        for (file, code) in code_lines(&["exec/host.rs"]) {
+            assert!(!code.contains("gpu::"), "{file}: {code}");
+        }
+        for (file, code) in code_lines(&["exec/gpu/"]) {
+            assert!(!code.contains("host::"), "{file}: {code}");
+        }
     }
 }

@@ -4,7 +4,8 @@
 //! partials) to check it against. It tells, on any machine and for small shapes, whether a
 //! strategy computes the right thing into the right rows: buffers, regions, row layouts,
 //! the reduce-scatter chains. The GPU executor checks the same on the device in bf16
-//! ([`super::gpu`]); both map result rows to tokens with [`RowMap`].
+//! ([`super::gpu`]); both map result rows to tokens with [`RowMap`] (from
+//! [`super::data`], which both import; neither imports the other).
 //!
 //! Inputs are small integers (−2 … 2), so GEMMs and sums are exact in f64 whatever the
 //! order of the additions: without a gated or smooth activation, a correct plan matches
@@ -14,6 +15,7 @@
 //! pairs) may start; those launches then run together, reading every sent region before
 //! any is written, as one NCCL group does.
 
+pub use super::data::RowMap;
 use crate::plan::{BufInit, LaunchId, OpIo, OpKind, Plan, Region};
 use crate::scenario::{Activation, Workload};
 
@@ -36,7 +38,7 @@ pub enum HostError {
 pub const MAX_ELEMS: u64 = 1 << 27;
 
 /// The value of element `index` of the tensor with key `key`: an integer in −2 … 2
-/// (splitmix64 of the two). Keys are [`super::gpu::data_key`]s, as on the GPU.
+/// (splitmix64 of the two). Keys are [`super::data::data_key`]s, as on the GPU.
 pub fn value(key: u64, index: u64) -> f64 {
     let mut z = key ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -119,11 +121,11 @@ pub fn execute(plan: &Plan) -> Result<Vec<Vec<f64>>, HostError> {
                 match b.init {
                     BufInit::Poison => vec![f64::NAN; n],
                     BufInit::Local => {
-                        let key = super::gpu::data_key(&b.name, Some(b.rank));
+                        let key = super::data::data_key(&b.name, Some(b.rank));
                         (0..n as u64).map(|i| value(key, i)).collect()
                     }
                     BufInit::Global { .. } => {
-                        let key = super::gpu::data_key(&b.name, None);
+                        let key = super::data::data_key(&b.name, None);
                         let mut v = vec![f64::NAN; n];
                         for (at, g, rows) in b.init.global_runs() {
                             for i in 0..rows * b.cols {
@@ -293,50 +295,6 @@ fn run_group(plan: &Plan, bufs: &mut Bufs<'_>, launches: &[LaunchId]) {
     }
 }
 
-/// Where the rows of a rank's result come from: result row → reference row. Rows computed
-/// from the global input `x` keep its rows' places ([`Plan::global_rows`]); a plan with
-/// no global input (`gemm-rs`: rank-local inputs) keeps its own row order, which the
-/// reference shares.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RowMap {
-    /// (plan row, reference row, rows), sorted; empty: identity.
-    runs: Vec<(u64, u64, u64)>,
-}
-
-impl RowMap {
-    pub fn of(plan: &Plan) -> RowMap {
-        RowMap {
-            runs: plan.global_rows("x"),
-        }
-    }
-
-    /// The rows of `r` as (plan row, reference row, rows) pieces, contiguous on both
-    /// sides; `None` when a row of `r` holds no token.
-    pub fn pieces(&self, r: &Region) -> Option<Vec<(u64, u64, u64)>> {
-        let b = r.blocks.max(1) as u64;
-        let per = r.block_rows();
-        let mut out = Vec::new();
-        for j in 0..b {
-            let (mut at, end) = (r.row0 + j * r.stride_rows, r.row0 + j * r.stride_rows + per);
-            if self.runs.is_empty() {
-                out.push((at, at, per));
-                continue;
-            }
-            while at < end {
-                let i = self.runs.partition_point(|&(s, _, _)| s <= at);
-                let &(s, g, n) = self.runs.get(i.checked_sub(1)?)?;
-                if at >= s + n {
-                    return None;
-                }
-                let len = (s + n).min(end) - at;
-                out.push((at, g + (at - s), len));
-                at += len;
-            }
-        }
-        Some(out)
-    }
-}
-
 fn find(plan: &Plan, name: &str, rank: u32) -> Result<(u64, u64), HostError> {
     plan.buffer_named(name, rank)
         .map(|b| (b.rows, b.cols))
@@ -370,7 +328,7 @@ pub fn check(plan: &Plan, workload: Workload) -> Result<f64, HostError> {
         OpIo::Activation { func, .. } => Some(*func),
         _ => None,
     });
-    let key = super::gpu::data_key;
+    let key = super::data::data_key;
     let local = |name: &str, r: u32, len: u64| -> Vec<f64> {
         (0..len).map(|i| value(key(name, Some(r)), i)).collect()
     };

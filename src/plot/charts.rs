@@ -179,7 +179,7 @@ fn filtered<'a>(f: &'a SweepFile, filters: &[(String, String)]) -> Result<Vec<&'
         .filter(|r| r.metrics.is_some())
         .filter(|r| {
             filters.iter().all(|(k, v)| match value(r, k) {
-                Some(Val::Num(x)) => crate::cli::parse_count(v)
+                Some(Val::Num(x)) => crate::units::parse_count(v)
                     .map(|n| n as f64 == x)
                     .unwrap_or_else(|_| v.parse::<f64>() == Ok(x)),
                 Some(Val::Text(s)) => s == *v,

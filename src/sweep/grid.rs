@@ -201,13 +201,13 @@ fn expand_range(v: &str) -> Result<Vec<String>, String> {
         .find(|c: char| c.is_ascii_digit())
         .map_or(head.len(), |o| start_at + o);
     let (prefix, lo) = head.split_at(start_at);
-    let lo = crate::cli::parse_count(lo).map_err(|_| format!("range `{v}`: bad start"))?;
+    let lo = crate::units::parse_count(lo).map_err(|_| format!("range `{v}`: bad start"))?;
     // `a..b` every integer, `a..b+s` every s-th, `a..b*f` a geometric series.
     let (end, step) = match tail.find(['+', '*']) {
         Some(i) => (&tail[..i], Some((&tail[i..i + 1], &tail[i + 1..]))),
         None => (tail, None),
     };
-    let hi = crate::cli::parse_count(end).map_err(|_| format!("range `{v}`: bad end"))?;
+    let hi = crate::units::parse_count(end).map_err(|_| format!("range `{v}`: bad end"))?;
     if hi < lo {
         return Err(format!("range `{v}` is empty (end before start)"));
     }
@@ -261,9 +261,9 @@ fn typed(
     use toml::Value as V;
     let want = |t: &str| format!("`{raw}` is not {t}");
     Ok(match like {
-        Some(V::Integer(_)) => {
-            V::Integer(crate::cli::parse_count(raw).map_err(|_| want("an integer (e.g. 8 or 4k)"))?)
-        }
+        Some(V::Integer(_)) => V::Integer(
+            crate::units::parse_count(raw).map_err(|_| want("an integer (e.g. 8 or 4k)"))?,
+        ),
         Some(V::Float(_)) => V::Float(raw.trim().parse().map_err(|_| want("a number"))?),
         Some(V::Boolean(_)) => V::Boolean(parse_bool(raw).ok_or_else(|| want("on/off"))?),
         Some(V::String(_)) => {
@@ -280,7 +280,7 @@ fn typed(
             ));
         }
         None => {
-            if let Ok(n) = crate::cli::parse_count(raw) {
+            if let Ok(n) = crate::units::parse_count(raw) {
                 V::Integer(n)
             } else if let Ok(x) = raw.trim().parse::<f64>() {
                 V::Float(x)

@@ -1,6 +1,7 @@
 //! Plan → device program, and the run loop.
 
-use super::{GpuError, GpuOptions, GpuRun, Transport, data_key};
+use super::{GpuError, GpuOptions, GpuRun, Transport};
+use crate::exec::data::data_key;
 use crate::plan::{BufInit, LaunchId, NO_PARTNER, OpId, OpIo, OpKind, Plan, Region};
 use crate::scenario::Activation;
 use flashoverlap_cuda as fc;

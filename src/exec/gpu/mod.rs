@@ -489,26 +489,6 @@ pub fn rel_frobenius(out: &[f32], reference: &[f32]) -> f64 {
     (num / den).sqrt()
 }
 
-/// A stable 64-bit key for a buffer's random contents (FNV-1a of the name, and the rank
-/// for rank-local data), shared by the lowering and the reference.
-pub fn data_key(name: &str, rank: Option<u32>) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut eat = |b: u8| {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    };
-    for &b in name.as_bytes() {
-        eat(b);
-    }
-    if let Some(r) = rank {
-        eat(0xff);
-        for b in r.to_le_bytes() {
-            eat(b);
-        }
-    }
-    h
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -542,13 +522,6 @@ mod tests {
             ..rc
         };
         assert_eq!(fast.slowdowns(), (1.0, 1.0));
-    }
-
-    #[test]
-    fn keys_differ_by_name_and_rank() {
-        assert_ne!(data_key("x", None), data_key("x", Some(0)));
-        assert_ne!(data_key("w_fc1", Some(0)), data_key("w_fc1", Some(1)));
-        assert_eq!(data_key("x", None), data_key("x", None));
     }
 
     #[cfg(not(feature = "cuda"))]

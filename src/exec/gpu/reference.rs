@@ -2,10 +2,11 @@
 //! way on one GPU — one full GEMM per rank on the whole gathered input, the activation,
 //! the second GEMM, and the reduction as a sum of every rank's partials — from the same
 //! random inputs (same keys) as the run, in token order; a result's rows are compared
-//! with the tokens they hold ([`crate::exec::host::RowMap`]). Tensor names are the workload's: `x` (input,
+//! with the tokens they hold ([`crate::exec::data::RowMap`]). Tensor names are the workload's: `x` (input,
 //! sequence-sharded), `w_fc1`, `a` (the rank-local input of `gemm-rs`), `w_fc2`.
 
-use super::{GpuError, data_key, rel_frobenius};
+use super::{GpuError, rel_frobenius};
+use crate::exec::data::data_key;
 use crate::plan::{OpIo, Plan};
 use crate::scenario::{Activation, Workload};
 use flashoverlap_cuda as fc;
@@ -171,7 +172,7 @@ pub(super) fn check(
     reference.initialise().map_err(cuda)?;
     reference.run().map_err(cuda)?;
     // Result rows map to reference rows (tokens) as the plan laid its input out.
-    let map = crate::exec::host::RowMap::of(plan);
+    let map = crate::exec::data::RowMap::of(plan);
     let mut worst = 0.0f64;
     for (r, &part) in parts.iter().enumerate().take(n as usize) {
         if only.is_some_and(|o| o as usize != r) {

@@ -171,6 +171,11 @@ pub fn scenario_and_file(
     a: &Args,
 ) -> Result<(Scenario, crate::config::files::ScenarioFile), CliError> {
     let (src, mut f) = config::read_scenario(&a.scenario).map_err(CliError::input)?;
+    // The file's own paths resolve against its folder, before any flag replaces them
+    // (a flag's path resolves against the working directory).
+    let dir = src.dir.as_deref();
+    f.model = config::anchor(config::PresetKind::Model, &f.model, dir);
+    f.hardware = config::anchor(config::PresetKind::Hardware, &f.hardware, dir);
     let mut o = Origins::default();
     let mut set = |key: &str, flag: &str| {
         o.flags.insert(key.to_string(), flag.to_string());
@@ -244,15 +249,8 @@ pub fn scenario_and_file(
         f.strategies = a.strategies.clone();
         set("strategies", "--strategy");
     }
-    // Relative model/hardware paths given on the command line resolve against the
-    // working directory; those in a file against the file's directory.
-    let dir = if a.model.is_some() || a.hardware.is_some() {
-        None
-    } else {
-        src.dir.clone()
-    };
-    let mut sc = config::scenario_from_file(&src.name, dir.as_deref(), f.clone(), &o)
-        .map_err(CliError::input)?;
+    let mut sc =
+        config::scenario_from_file(&src.name, None, f.clone(), &o).map_err(CliError::input)?;
     if a.clocks == Clocks::Sustained {
         let hw = &mut sc.hardware;
         hw.gpu = hw.gpu.at_sustained_clocks().ok_or_else(|| {

@@ -79,6 +79,28 @@ fn looks_like_path(s: &str) -> bool {
     s.contains('/') || s.ends_with(".toml") || s.ends_with(".json")
 }
 
+/// `spec` (a preset name or a path, as a file in `dir` names it) made independent of
+/// where it is read: a relative path is joined to `dir`, the folder of the file that
+/// names it; a preset name, an absolute path, or any spec without a `dir` (a flag: the
+/// working directory) stays as it is, and so does a bare name that is neither a preset
+/// nor a file in `dir` (it stays an unknown preset, for the error to list the known
+/// ones). Every way a scenario's `model` or `hardware` is set goes through this before
+/// its overrides, so each path resolves against the file that names it.
+pub fn anchor(kind: PresetKind, spec: &str, dir: Option<&Path>) -> String {
+    let Some(d) = dir.filter(|d| !d.as_os_str().is_empty()) else {
+        return spec.to_string();
+    };
+    if !Path::new(spec).is_relative() {
+        return spec.to_string();
+    }
+    let path = looks_like_path(spec);
+    let preset = !path && presets().iter().any(|p| p.kind == kind && p.name == spec);
+    if preset || (!path && !d.join(spec).exists()) {
+        return spec.to_string();
+    }
+    d.join(spec).display().to_string()
+}
+
 /// Find a preset by name or read a file. `base` resolves relative paths.
 pub fn resolve(kind: PresetKind, spec: &str, base: Option<&Path>) -> Result<Source, ConfigError> {
     if !looks_like_path(spec)

@@ -107,8 +107,7 @@ impl GridSpec {
         }
         let dir = path.parent().map(Path::to_path_buf);
         let scenario = match f.scenario {
-            Some(s) if looks_like_path(&s) => resolve_path(&s, dir.as_deref()),
-            Some(s) => s,
+            Some(s) => config::anchor(config::PresetKind::Scenario, &s, dir.as_deref()),
             None => "default".into(),
         };
         let mut axes = Vec::new();
@@ -148,19 +147,6 @@ impl GridSpec {
         let k = canonical_key(key);
         self.axes.retain(|(a, _)| canonical_key(a) != k);
         self.axes.push((key.to_string(), values));
-    }
-}
-
-fn looks_like_path(s: &str) -> bool {
-    s.contains('/') || s.ends_with(".toml") || s.ends_with(".json")
-}
-
-fn resolve_path(s: &str, dir: Option<&Path>) -> String {
-    match dir {
-        Some(d) if Path::new(s).is_relative() && !d.as_os_str().is_empty() => {
-            d.join(s).display().to_string()
-        }
-        _ => s.to_string(),
     }
 }
 
@@ -267,8 +253,10 @@ fn typed(
         Some(V::Float(_)) => V::Float(raw.trim().parse().map_err(|_| want("a number"))?),
         Some(V::Boolean(_)) => V::Boolean(parse_bool(raw).ok_or_else(|| want("on/off"))?),
         Some(V::String(_)) => {
-            if matches!(field, "model" | "hardware") && looks_like_path(raw) {
-                V::String(resolve_path(raw, dir))
+            if field == "model" {
+                V::String(config::anchor(config::PresetKind::Model, raw, dir))
+            } else if field == "hardware" {
+                V::String(config::anchor(config::PresetKind::Hardware, raw, dir))
             } else {
                 V::String(raw.to_string())
             }
@@ -341,11 +329,12 @@ impl Grid {
             }
         };
         // The base's model and hardware paths are relative to the base scenario's file.
-        for key in ["model", "hardware"] {
-            if let Some(toml::Value::String(v)) = base.get_mut(key)
-                && looks_like_path(v)
-            {
-                *v = resolve_path(v, src.dir.as_deref());
+        for (key, kind) in [
+            ("model", config::PresetKind::Model),
+            ("hardware", config::PresetKind::Hardware),
+        ] {
+            if let Some(toml::Value::String(v)) = base.get_mut(key) {
+                *v = config::anchor(kind, v, src.dir.as_deref());
             }
         }
         let mut axes: Vec<Axis> = Vec::new();

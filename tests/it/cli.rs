@@ -543,3 +543,60 @@ fn nccl_tree_across_nodes_stays_near_nccls_model() {
         "simulated {t} us, NCCL's model {m} us"
     );
 }
+
+/// A scenario file's relative paths resolve against its own folder, whichever of its
+/// fields a flag replaces: with `--hardware` given, the file's `model = "m.toml"` is
+/// still found next to the file (it was looked up in the working directory), and a
+/// flag's own path resolves against the working directory.
+#[test]
+fn a_scenario_files_paths_resolve_against_its_folder_whatever_flags_say() {
+    let d = tempfile::tempdir().unwrap();
+    let sub = d.path().join("exp");
+    std::fs::create_dir(&sub).unwrap();
+    let root = env!("CARGO_MANIFEST_DIR");
+    std::fs::copy(format!("{root}/models/llama-3-8b.toml"), sub.join("m.toml")).unwrap();
+    std::fs::copy(
+        format!("{root}/hardware-profiles/h100-sxm-8.toml"),
+        sub.join("hw.toml"),
+    )
+    .unwrap();
+    let sc = std::fs::read_to_string(format!("{root}/scenarios/default.toml")).unwrap();
+    let sc: String = sc
+        .lines()
+        .map(|l| {
+            if l.starts_with("model ") || l.starts_with("model=") {
+                "model = \"m.toml\"".to_string()
+            } else if l.starts_with("hardware ") || l.starts_with("hardware=") {
+                "hardware = \"hw.toml\"".to_string()
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(sub.join("s.toml"), sc).unwrap();
+    for extra in [
+        &[][..],
+        &["--hardware", "h200-sxm-8"][..],
+        &["--model", "llama-3-8b"][..],
+        &["--hardware", "exp/hw.toml"][..],
+    ] {
+        let out = bin()
+            .current_dir(d.path())
+            .args([
+                "simulate",
+                "--scenario",
+                "exp/s.toml",
+                "--strategy",
+                "flash",
+            ])
+            .args(extra)
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        let t = String::from_utf8(out).unwrap();
+        assert!(t.contains("flash"), "{extra:?}: {t}");
+    }
+}

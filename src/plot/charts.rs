@@ -58,6 +58,8 @@ impl Val {
     }
 }
 
+/// The figures a chart can show: [`crate::report::FIGURES`] but the critical rank and
+/// the op count.
 const METRICS: [&str; 10] = [
     "makespan_us",
     "compute_us",
@@ -88,23 +90,11 @@ fn family(s: &str) -> &str {
 fn value(r: &Row, name: &str) -> Option<Val> {
     let key = grid::canonical_key(name);
     let short = grid::short_key(&key);
-    if let Some(m) = &r.metrics {
-        let x = match name {
-            "makespan_us" => Some(m.makespan_us),
-            "compute_us" => Some(m.compute_us),
-            "comm_us" => Some(m.comm_us),
-            "exposed_comm_us" => Some(m.exposed_comm_us),
-            "max_exposed_comm_us" => Some(m.max_exposed_comm_us),
-            "overlap_efficiency_ratio" => m.overlap_efficiency_ratio,
-            "mfu_ratio" => m.mfu_ratio,
-            "speedup_vs_sequential_x" => Some(m.speedup_vs_sequential_x),
-            "events" => Some(m.events as f64),
-            "tokens_per_s" => Some(m.tokens_per_s),
-            _ => None,
-        };
-        if let Some(x) = x {
-            return Some(Val::Num(x));
-        }
+    if let Some(m) = &r.metrics
+        && METRICS.contains(&name)
+        && let Some(x) = m.get(name)
+    {
+        return Some(Val::Num(x));
     }
     match name {
         "strategy" => return Some(Val::Text(r.strategy.clone())),
@@ -626,5 +616,16 @@ fn label_at(cats: &[String], v: f64) -> String {
         s.parse::<f64>().map(shorten).unwrap_or_else(|_| s.clone())
     } else {
         String::new()
+    }
+}
+
+#[cfg(test)]
+mod figure_names {
+    /// Every metric a chart accepts is one of the figures every output names.
+    #[test]
+    fn chart_metrics_are_figures() {
+        for m in super::METRICS {
+            assert!(crate::report::FIGURES.contains(&m), "{m}");
+        }
     }
 }

@@ -5,7 +5,10 @@ use crate::simulate::ScenarioRun;
 use serde::Serialize;
 
 pub const FORMAT: &str = "flashoverlap-results";
-pub const VERSION: u32 = 1;
+/// 2: the figures under [`FIGURES`]' names (`mfu_ratio`, `overlap_efficiency_ratio`,
+/// `speedup_vs_sequential_x`; version 1 had `mfu`, `overlap_efficiency`,
+/// `speedup_vs_sequential`).
+pub const VERSION: u32 = 2;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ResultsFile {
@@ -146,22 +149,89 @@ fn idle_gpus_line(sc: &Scenario) -> Option<String> {
     })
 }
 
-#[derive(Debug, Clone, Serialize)]
-pub struct ResultRow {
-    pub strategy: String,
+/// The figures of one strategy's run, under the one set of names every output uses
+/// (`results.json`, the sweep's CSV and JSON, the charts' fields): each name carries its
+/// unit (`_us`, `_ratio` for a fraction, `_x` for a factor). [`FIGURES`] lists them in
+/// this order.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct Figures {
     pub makespan_us: f64,
     pub compute_us: f64,
     pub comm_us: f64,
     pub exposed_comm_us: f64,
     pub max_exposed_comm_us: f64,
-    pub overlap_efficiency: Option<f64>,
-    pub mfu: Option<f64>,
-    pub speedup_vs_sequential: f64,
+    pub overlap_efficiency_ratio: Option<f64>,
+    pub mfu_ratio: Option<f64>,
+    pub speedup_vs_sequential_x: f64,
     pub critical_rank: u32,
-    pub ops: usize,
+    pub ops: u64,
     pub events: u64,
     /// Tokens the scenario processes (all micro-batches) per second of makespan.
     pub tokens_per_s: f64,
+}
+
+/// The names of [`Figures`], in order.
+pub const FIGURES: [&str; 12] = [
+    "makespan_us",
+    "compute_us",
+    "comm_us",
+    "exposed_comm_us",
+    "max_exposed_comm_us",
+    "overlap_efficiency_ratio",
+    "mfu_ratio",
+    "speedup_vs_sequential_x",
+    "critical_rank",
+    "ops",
+    "events",
+    "tokens_per_s",
+];
+
+impl Figures {
+    /// The values in [`FIGURES`]' order as text, numbers in serde_json's shortest
+    /// round-trip form (a missing ratio: empty).
+    pub fn texts(&self) -> [String; 12] {
+        let num = |x: f64| serde_json::to_string(&x).expect("finite");
+        [
+            num(self.makespan_us),
+            num(self.compute_us),
+            num(self.comm_us),
+            num(self.exposed_comm_us),
+            num(self.max_exposed_comm_us),
+            self.overlap_efficiency_ratio.map(num).unwrap_or_default(),
+            self.mfu_ratio.map(num).unwrap_or_default(),
+            num(self.speedup_vs_sequential_x),
+            self.critical_rank.to_string(),
+            self.ops.to_string(),
+            self.events.to_string(),
+            num(self.tokens_per_s),
+        ]
+    }
+
+    /// A numeric figure by name (`None` for an unknown name or a missing ratio).
+    pub fn get(&self, name: &str) -> Option<f64> {
+        Some(match name {
+            "makespan_us" => self.makespan_us,
+            "compute_us" => self.compute_us,
+            "comm_us" => self.comm_us,
+            "exposed_comm_us" => self.exposed_comm_us,
+            "max_exposed_comm_us" => self.max_exposed_comm_us,
+            "overlap_efficiency_ratio" => return self.overlap_efficiency_ratio,
+            "mfu_ratio" => return self.mfu_ratio,
+            "speedup_vs_sequential_x" => self.speedup_vs_sequential_x,
+            "critical_rank" => self.critical_rank as f64,
+            "ops" => self.ops as f64,
+            "events" => self.events as f64,
+            "tokens_per_s" => self.tokens_per_s,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ResultRow {
+    pub strategy: String,
+    #[serde(flatten)]
+    pub figures: Figures,
     /// The critical rank's time per collective/GEMM site (summed over layers), in the
     /// order the sites first run.
     pub sites: Vec<SiteRow>,
@@ -327,25 +397,27 @@ pub fn rows(sc: &Scenario, run: &ScenarioRun) -> Vec<ResultRow> {
             let (sites, phases) = site_rows(r);
             ResultRow {
                 strategy: r.strategy.to_string(),
-                makespan_us: us(m.makespan),
-                compute_us: us(m.compute),
-                comm_us: us(m.comm),
-                exposed_comm_us: us(m.exposed_comm),
-                max_exposed_comm_us: us(m.max_exposed_comm),
-                overlap_efficiency: m.overlap_efficiency.map(ratio),
-                mfu: m.mfu.map(ratio),
-                speedup_vs_sequential: if m.makespan > 0.0 {
-                    ratio(run.sequential_makespan / m.makespan)
-                } else {
-                    1.0
-                },
-                critical_rank: m.critical_rank,
-                ops: r.plan.op_count(),
-                events: r.events,
-                tokens_per_s: if m.makespan > 0.0 {
-                    ratio(tokens_run(sc) / m.makespan)
-                } else {
-                    0.0
+                figures: Figures {
+                    makespan_us: us(m.makespan),
+                    compute_us: us(m.compute),
+                    comm_us: us(m.comm),
+                    exposed_comm_us: us(m.exposed_comm),
+                    max_exposed_comm_us: us(m.max_exposed_comm),
+                    overlap_efficiency_ratio: m.overlap_efficiency.map(ratio),
+                    mfu_ratio: m.mfu.map(ratio),
+                    speedup_vs_sequential_x: if m.makespan > 0.0 {
+                        ratio(run.sequential_makespan / m.makespan)
+                    } else {
+                        1.0
+                    },
+                    critical_rank: m.critical_rank,
+                    ops: r.plan.op_count() as u64,
+                    events: r.events,
+                    tokens_per_s: if m.makespan > 0.0 {
+                        ratio(tokens_run(sc) / m.makespan)
+                    } else {
+                        0.0
+                    },
                 },
                 sites,
                 phases,
@@ -434,12 +506,13 @@ pub fn table(sc: &Scenario, run: &ScenarioRun) -> String {
         .map(|r| {
             [
                 r.strategy,
-                format!("{:.1}", r.makespan_us),
-                format!("{:.1}", r.compute_us),
-                format!("{:.1}", r.comm_us),
-                format!("{:.1}", r.exposed_comm_us),
-                format!("{:.3}x", r.speedup_vs_sequential),
-                r.mfu
+                format!("{:.1}", r.figures.makespan_us),
+                format!("{:.1}", r.figures.compute_us),
+                format!("{:.1}", r.figures.comm_us),
+                format!("{:.1}", r.figures.exposed_comm_us),
+                format!("{:.3}x", r.figures.speedup_vs_sequential_x),
+                r.figures
+                    .mfu_ratio
                     .map(|m| format!("{:.1}%", m * 100.0))
                     .unwrap_or_else(|| "-".into()),
             ]
@@ -487,7 +560,7 @@ pub fn table(sc: &Scenario, run: &ScenarioRun) -> String {
             out.push_str(&format!(
                 "{:<w$}  {:.0} tokens/s; exposed fwd {:.1} us, bwd {:.1} us; {}\n",
                 r.strategy,
-                r.tokens_per_s,
+                r.figures.tokens_per_s,
                 phase("fwd"),
                 phase("bwd"),
                 top.iter()
@@ -541,4 +614,43 @@ pub fn table(sc: &Scenario, run: &ScenarioRun) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One list of figure names: `FIGURES` is exactly the keys `Figures` serializes to,
+    /// in order, and `get` and `texts` answer for each of them.
+    #[test]
+    fn figure_names_are_one_list() {
+        let f = Figures {
+            makespan_us: 1.0,
+            compute_us: 2.0,
+            comm_us: 3.0,
+            exposed_comm_us: 4.0,
+            max_exposed_comm_us: 5.0,
+            overlap_efficiency_ratio: Some(0.5),
+            mfu_ratio: Some(0.25),
+            speedup_vs_sequential_x: 1.5,
+            critical_rank: 7,
+            ops: 8,
+            events: 9,
+            tokens_per_s: 10.0,
+        };
+        let v = serde_json::to_value(&f).unwrap();
+        let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        let mut sorted = FIGURES.to_vec();
+        sorted.sort_unstable();
+        let mut got = keys.clone();
+        got.sort_unstable();
+        assert_eq!(got, sorted);
+        let texts = f.texts();
+        for (name, text) in FIGURES.iter().zip(&texts) {
+            let x = f.get(name).unwrap();
+            assert_eq!(text.parse::<f64>().unwrap(), x, "{name}");
+            assert_eq!(v[*name].as_f64().unwrap(), x, "{name}");
+        }
+        assert_eq!(f.get("mfu"), None);
+    }
 }

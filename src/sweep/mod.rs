@@ -64,41 +64,9 @@ impl std::fmt::Display for Shard {
     }
 }
 
-/// The figures of one row, as `simulate --format json` reports them (same rounding).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RowMetrics {
-    pub makespan_us: f64,
-    pub compute_us: f64,
-    pub comm_us: f64,
-    pub exposed_comm_us: f64,
-    pub max_exposed_comm_us: f64,
-    pub overlap_efficiency_ratio: Option<f64>,
-    pub mfu_ratio: Option<f64>,
-    pub speedup_vs_sequential_x: f64,
-    pub critical_rank: u32,
-    pub ops: u64,
-    pub events: u64,
-    pub tokens_per_s: f64,
-}
-
-impl From<&report::ResultRow> for RowMetrics {
-    fn from(r: &report::ResultRow) -> RowMetrics {
-        RowMetrics {
-            makespan_us: r.makespan_us,
-            compute_us: r.compute_us,
-            comm_us: r.comm_us,
-            exposed_comm_us: r.exposed_comm_us,
-            max_exposed_comm_us: r.max_exposed_comm_us,
-            overlap_efficiency_ratio: r.overlap_efficiency,
-            mfu_ratio: r.mfu,
-            speedup_vs_sequential_x: r.speedup_vs_sequential,
-            critical_rank: r.critical_rank,
-            ops: r.ops as u64,
-            events: r.events,
-            tokens_per_s: r.tokens_per_s,
-        }
-    }
-}
+/// The figures of one row: `simulate --format json`'s, under the same names and
+/// rounding ([`report::Figures`]).
+pub type RowMetrics = report::Figures;
 
 /// The resolved inputs of a scenario point (what the scenario *is*, after presets).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -244,7 +212,7 @@ pub fn run_point(grid: &Grid, p: u64, opts: &RunOptions) -> Result<Vec<Row>, Swe
         })
         .collect();
     for (k, r) in index.into_iter().zip(report::rows(&sc, &run)) {
-        rows[k].metrics = Some(RowMetrics::from(&r));
+        rows[k].metrics = Some(r.figures.clone());
     }
     Ok(rows)
 }
@@ -294,7 +262,7 @@ mod tests {
         let run = crate::simulate::run_scenario(&sc, &SimOptions::default()).unwrap();
         let want: Vec<RowMetrics> = report::rows(&sc, &run)
             .iter()
-            .map(RowMetrics::from)
+            .map(|r| r.figures.clone())
             .collect();
         let got: Vec<RowMetrics> = rows.iter().map(|r| r.metrics.clone().unwrap()).collect();
         assert_eq!(got, want);

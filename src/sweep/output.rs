@@ -126,27 +126,6 @@ const SHOWN: [&str; 11] = [
     "interference",
 ];
 
-const METRICS: [&str; 13] = [
-    "makespan_us",
-    "compute_us",
-    "comm_us",
-    "exposed_comm_us",
-    "max_exposed_comm_us",
-    "overlap_efficiency_ratio",
-    "mfu_ratio",
-    "speedup_vs_sequential_x",
-    "critical_rank",
-    "ops",
-    "events",
-    "tokens_per_s",
-    "error",
-];
-
-fn num(x: f64) -> String {
-    // ryu's shortest round-trip form, as serde_json writes it.
-    serde_json::to_string(&x).expect("finite")
-}
-
 pub fn csv(f: &SweepFile) -> String {
     let extra: Vec<&str> = f
         .grid
@@ -160,7 +139,8 @@ pub fn csv(f: &SweepFile) -> String {
     header.extend(&extra);
     header.extend(INPUTS);
     header.push("strategy");
-    header.extend(METRICS);
+    header.extend(crate::report::FIGURES);
+    header.push("error");
     w.write_record(&header).expect("in memory");
     for r in &f.rows {
         let mut rec: Vec<String> = vec![r.point.to_string()];
@@ -194,21 +174,11 @@ pub fn csv(f: &SweepFile) -> String {
         }
         rec.push(r.strategy.clone());
         match &r.metrics {
-            Some(m) => rec.extend([
-                num(m.makespan_us),
-                num(m.compute_us),
-                num(m.comm_us),
-                num(m.exposed_comm_us),
-                num(m.max_exposed_comm_us),
-                m.overlap_efficiency_ratio.map(num).unwrap_or_default(),
-                m.mfu_ratio.map(num).unwrap_or_default(),
-                num(m.speedup_vs_sequential_x),
-                m.critical_rank.to_string(),
-                m.ops.to_string(),
-                m.events.to_string(),
-                num(m.tokens_per_s),
-            ]),
-            None => rec.extend(std::iter::repeat_n(String::new(), 12)),
+            Some(m) => rec.extend(m.texts()),
+            None => rec.extend(std::iter::repeat_n(
+                String::new(),
+                crate::report::FIGURES.len(),
+            )),
         }
         rec.push(r.error.clone().unwrap_or_default());
         w.write_record(&rec).expect("in memory");

@@ -28,7 +28,7 @@ fn default_simulate_json() {
     let j = stdout(&["simulate", "--format", "json"]);
     let v: serde_json::Value = serde_json::from_str(&j).unwrap();
     assert_eq!(v["format"], "flashoverlap-results");
-    assert_eq!(v["version"], 1);
+    assert_eq!(v["version"], 2);
     let rows = v["results"].as_array().unwrap();
     let names: Vec<&str> = rows
         .iter()

@@ -63,19 +63,10 @@ fn rows_equal_simulate_bit_for_bit_whatever_the_thread_count() {
                     })
                     .expect("row present");
                 let m = &got["metrics"];
-                for (s, w) in [
-                    ("makespan_us", "makespan_us"),
-                    ("compute_us", "compute_us"),
-                    ("comm_us", "comm_us"),
-                    ("exposed_comm_us", "exposed_comm_us"),
-                    ("max_exposed_comm_us", "max_exposed_comm_us"),
-                    ("overlap_efficiency_ratio", "overlap_efficiency"),
-                    ("mfu_ratio", "mfu"),
-                    ("speedup_vs_sequential_x", "speedup_vs_sequential"),
-                    ("events", "events"),
-                ] {
-                    // Same JSON number text: the same f64, bit for bit.
-                    assert_eq!(m[s].to_string(), want[w].to_string(), "{tp} {seq} {s}");
+                // Every figure under the same name in both, with the same JSON number
+                // text: the same f64, bit for bit.
+                for s in flashoverlap::report::FIGURES {
+                    assert_eq!(m[s].to_string(), want[s].to_string(), "{tp} {seq} {s}");
                 }
             }
         }

@@ -1,5 +1,5 @@
 use super::{CliError, parse_count};
-use crate::config::{self, Origins};
+use crate::config;
 use crate::exec::sim::SimOptions;
 use crate::io::write_atomic;
 use crate::scenario::Scenario;
@@ -166,91 +166,65 @@ pub fn scenario(a: &Args) -> Result<Scenario, CliError> {
     scenario_and_file(a).map(|x| x.0)
 }
 
+/// The flag that sets a scenario key.
+fn flag_of(key: &str) -> &'static str {
+    match key {
+        "model" => "--model",
+        "hardware" => "--hardware",
+        "workload" => "--workload",
+        "parallel.tp" => "--tp",
+        "parallel.dp" => "--dp",
+        "parallel.ulysses" => "--ulysses",
+        "parallel.order" => "--rank-order",
+        "batch" => "--batch",
+        "seq" => "--seq",
+        "micro_batches" => "--micro-batches",
+        "dtype" => "--dtype",
+        "transport" => "--transport",
+        "nodes" => "--nodes",
+        "interference" => "--no-interference",
+        "sites" => "--site",
+        "strategies" => "--strategy",
+        _ => "a flag",
+    }
+}
+
 /// The scenario and the file form it was built from (after the overrides).
 pub fn scenario_and_file(
     a: &Args,
 ) -> Result<(Scenario, crate::config::files::ScenarioFile), CliError> {
-    let (src, mut f) = config::read_scenario(&a.scenario).map_err(CliError::input)?;
-    // The file's own paths resolve against its folder, before any flag replaces them
-    // (a flag's path resolves against the working directory).
-    let dir = src.dir.as_deref();
-    f.model = config::anchor(config::PresetKind::Model, &f.model, dir);
-    f.hardware = config::anchor(config::PresetKind::Hardware, &f.hardware, dir);
-    let mut o = Origins::default();
-    let mut set = |key: &str, flag: &str| {
-        o.flags.insert(key.to_string(), flag.to_string());
-    };
-    if let Some(v) = &a.model {
-        f.model = v.clone();
-        set("model", "--model");
-    }
-    if let Some(v) = &a.hardware {
-        f.hardware = v.clone();
-        set("hardware", "--hardware");
-    }
-    if let Some(v) = &a.workload {
-        f.workload = v.clone();
-        set("workload", "--workload");
-    }
-    if let Some(v) = a.tp {
-        f.parallel.tp = v;
-        set("parallel.tp", "--tp");
-    }
-    if let Some(v) = a.dp {
-        f.parallel.dp = v;
-        set("parallel.dp", "--dp");
-    }
-    if let Some(v) = a.ulysses {
-        f.parallel.ulysses = v;
-        set("parallel.ulysses", "--ulysses");
-    }
-    if let Some(v) = &a.rank_order {
-        f.parallel.order = v.clone();
-        set("parallel.order", "--rank-order");
-    }
-    if let Some(v) = a.batch {
-        f.batch = v;
-        set("batch", "--batch");
-    }
-    if let Some(v) = a.seq {
-        f.seq = v;
-        set("seq", "--seq");
-    }
-    if let Some(v) = a.micro_batches {
-        f.micro_batches = v;
-        set("micro_batches", "--micro-batches");
-    }
-    if let Some(v) = &a.dtype {
-        f.dtype = v.clone();
-        set("dtype", "--dtype");
-    }
-    if let Some(v) = &a.transport {
-        f.transport = v.clone();
-        set("transport", "--transport");
-    }
-    if let Some(v) = a.nodes {
-        f.nodes = Some(v);
-        set("nodes", "--nodes");
-    }
-    if a.no_interference {
-        f.interference = false;
-        set("interference", "--no-interference");
-    }
+    let mut sites = Vec::with_capacity(a.sites.len());
     for site in &a.sites {
         let (k, v) = site.split_once('=').ok_or_else(|| {
             CliError::input(format!(
                 "--site `{site}`: expected SITE=STRATEGY, e.g. fc2=chunked:4"
             ))
         })?;
-        f.sites.insert(k.trim().to_string(), v.trim().to_string());
-        set("sites", "--site");
+        sites.push((k.to_string(), v.to_string()));
     }
-    if !a.strategies.is_empty() {
-        f.strategies = a.strategies.clone();
-        set("strategies", "--strategy");
-    }
-    let mut sc =
-        config::scenario_from_file(&src.name, None, f.clone(), &o).map_err(CliError::input)?;
+    let o = config::Overrides {
+        model: a.model.clone(),
+        hardware: a.hardware.clone(),
+        workload: a.workload.clone(),
+        tp: a.tp,
+        dp: a.dp,
+        ulysses: a.ulysses,
+        order: a.rank_order.clone(),
+        batch: a.batch,
+        seq: a.seq,
+        micro_batches: a.micro_batches,
+        dtype: a.dtype.clone(),
+        transport: a.transport.clone(),
+        nodes: a.nodes,
+        interference: a.no_interference.then_some(false),
+        sites,
+        strategies: (!a.strategies.is_empty()).then(|| a.strategies.clone()),
+    };
+    let (mut sc, f) = o
+        .scenario(&a.scenario, &|key| {
+            format!("command line ({})", flag_of(key))
+        })
+        .map_err(CliError::input)?;
     if a.clocks == Clocks::Sustained {
         let hw = &mut sc.hardware;
         hw.gpu = hw.gpu.at_sustained_clocks().ok_or_else(|| {

@@ -6,10 +6,12 @@
 
 pub mod files;
 pub mod hf;
+pub mod overrides;
 mod presets;
 pub(crate) mod validate;
 
 pub use files::*;
+pub use overrides::Overrides;
 pub use presets::{Preset, PresetKind, presets};
 pub use validate::{Origins, hardware_from_file, model_from_file, scenario_from_file};
 

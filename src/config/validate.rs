@@ -548,13 +548,15 @@ fn topology_from_file(file: &str, name: &str, t: &TopologyFile) -> R<Topology> {
 /// errors blame the right place.
 #[derive(Debug, Clone, Default)]
 pub struct Origins {
+    /// Key → where it was set instead of the file (`command line (--tp)`, `argument
+    /// tp`, `command line (sweep parallel.tp=8)`): what errors about it blame.
     pub flags: std::collections::BTreeMap<String, String>,
 }
 
 impl Origins {
     fn blame<'a>(&'a self, file: &'a str, key: &str) -> String {
         match self.flags.get(key) {
-            Some(flag) => format!("command line ({flag})"),
+            Some(origin) => origin.clone(),
             None => file.to_string(),
         }
     }

@@ -462,7 +462,7 @@ impl Grid {
             set(&mut t, &a.field, a.typed[c].clone())?;
             origins.flags.insert(
                 a.field.clone(),
-                format!("sweep {}={}", a.field, a.values[c]),
+                format!("command line (sweep {}={})", a.field, a.values[c]),
             );
         }
         let mut f = file_of(t)?;

@@ -1,0 +1,163 @@
+//! The one path by which a scenario's fields are set on top of a scenario file: command
+//! line flags and Python keyword arguments fill an [`Overrides`]; the sweep sets its
+//! axes on the file's table and labels them the same way ([`Origins`]). The file's own
+//! `model` and `hardware` paths are anchored to its folder first ([`super::anchor`]), so
+//! each path resolves against whatever names it: the file's against the file's folder,
+//! an override's against the working directory.
+
+use super::{ConfigError, Origins, PresetKind, ScenarioFile, anchor, read_scenario};
+use crate::scenario::Scenario;
+
+/// Scenario fields to set over a scenario file; `None` (or empty) keeps the file's.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Overrides {
+    pub model: Option<String>,
+    pub hardware: Option<String>,
+    pub workload: Option<String>,
+    pub tp: Option<i64>,
+    pub dp: Option<i64>,
+    pub ulysses: Option<i64>,
+    pub order: Option<String>,
+    pub batch: Option<i64>,
+    pub seq: Option<i64>,
+    pub micro_batches: Option<i64>,
+    pub dtype: Option<String>,
+    pub transport: Option<String>,
+    pub nodes: Option<i64>,
+    pub interference: Option<bool>,
+    /// Per-site strategies, added to the file's `[sites]`.
+    pub sites: Vec<(String, String)>,
+    pub strategies: Option<Vec<String>>,
+}
+
+/// The scenario file's keys in the order [`Overrides`] sets them.
+pub const KEYS: [&str; 16] = [
+    "model",
+    "hardware",
+    "workload",
+    "parallel.tp",
+    "parallel.dp",
+    "parallel.ulysses",
+    "parallel.order",
+    "batch",
+    "seq",
+    "micro_batches",
+    "dtype",
+    "transport",
+    "nodes",
+    "interference",
+    "sites",
+    "strategies",
+];
+
+impl Overrides {
+    /// Apply to `f` (whose paths are already anchored), recording in `o` where each set
+    /// key came from: `label(key)` (e.g. `command line (--tp)` or `argument tp`).
+    pub fn apply(&self, f: &mut ScenarioFile, o: &mut Origins, label: &dyn Fn(&str) -> String) {
+        let mut set = |key: &str| {
+            o.flags.insert(key.to_string(), label(key));
+        };
+        macro_rules! put {
+            ($field:expr, $value:expr, $key:expr) => {
+                if let Some(v) = &$value {
+                    $field = v.clone();
+                    set($key);
+                }
+            };
+        }
+        put!(f.model, self.model, "model");
+        put!(f.hardware, self.hardware, "hardware");
+        put!(f.workload, self.workload, "workload");
+        put!(f.parallel.tp, self.tp, "parallel.tp");
+        put!(f.parallel.dp, self.dp, "parallel.dp");
+        put!(f.parallel.ulysses, self.ulysses, "parallel.ulysses");
+        put!(f.parallel.order, self.order, "parallel.order");
+        put!(f.batch, self.batch, "batch");
+        put!(f.seq, self.seq, "seq");
+        put!(f.micro_batches, self.micro_batches, "micro_batches");
+        put!(f.dtype, self.dtype, "dtype");
+        put!(f.transport, self.transport, "transport");
+        if let Some(v) = self.nodes {
+            f.nodes = Some(v);
+            set("nodes");
+        }
+        put!(f.interference, self.interference, "interference");
+        for (k, v) in &self.sites {
+            f.sites.insert(k.trim().to_string(), v.trim().to_string());
+            set("sites");
+        }
+        put!(f.strategies, self.strategies, "strategies");
+    }
+
+    /// Read `scenario` (a preset name or a path), anchor its paths to its folder, apply
+    /// these overrides and validate: the scenario and the file form it came from.
+    pub fn scenario(
+        &self,
+        scenario: &str,
+        label: &dyn Fn(&str) -> String,
+    ) -> Result<(Scenario, ScenarioFile), ConfigError> {
+        let (src, mut f) = read_scenario(scenario)?;
+        let dir = src.dir.as_deref();
+        f.model = anchor(PresetKind::Model, &f.model, dir);
+        f.hardware = anchor(PresetKind::Hardware, &f.hardware, dir);
+        let mut o = Origins::default();
+        self.apply(&mut f, &mut o, label);
+        let sc = super::scenario_from_file(&src.name, None, f.clone(), &o)?;
+        Ok((sc, f))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overrides_set_fields_and_blame_their_origin() {
+        let o = Overrides {
+            tp: Some(8),
+            model: Some("llama-3-8b".into()),
+            strategies: Some(vec!["flash".into()]),
+            ..Default::default()
+        };
+        let (sc, f) = o
+            .scenario("default", &|k| format!("argument `{k}`"))
+            .unwrap();
+        assert_eq!(sc.parallel.tp, 8);
+        assert_eq!(f.model, "llama-3-8b");
+        let bad = Overrides {
+            tp: Some(0),
+            ..Default::default()
+        };
+        let e = bad
+            .scenario("default", &|k| format!("argument `{k}`"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("argument `parallel.tp`"), "{e}");
+        // Every key an override sets is one of KEYS.
+        let all = Overrides {
+            model: Some("m".into()),
+            hardware: Some("h".into()),
+            workload: Some("w".into()),
+            tp: Some(1),
+            dp: Some(1),
+            ulysses: Some(1),
+            order: Some("o".into()),
+            batch: Some(1),
+            seq: Some(1),
+            micro_batches: Some(1),
+            dtype: Some("d".into()),
+            transport: Some("t".into()),
+            nodes: Some(1),
+            interference: Some(false),
+            sites: vec![("fc2".into(), "flash".into())],
+            strategies: Some(vec![]),
+        };
+        let (_, mut f) = read_scenario("default").unwrap();
+        let mut origins = Origins::default();
+        all.apply(&mut f, &mut origins, &|k| k.to_string());
+        let set: Vec<&str> = origins.flags.keys().map(String::as_str).collect();
+        let mut keys = KEYS.to_vec();
+        keys.sort_unstable();
+        assert_eq!(set, keys);
+    }
+}

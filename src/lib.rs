@@ -5,6 +5,8 @@
 //! [`exec::sim`] → [`timeline::Timeline`] → [`timeline::metrics`] / [`trace`] / [`report`].
 //! See `ARCHITECTURE.md` for the code map and the invariants.
 
+#![forbid(unsafe_code)]
+
 pub mod cli;
 pub mod config;
 pub mod cost;

@@ -1,3 +1,4 @@
+#![forbid(unsafe_code)]
 fn main() -> std::process::ExitCode {
     flashoverlap::cli::main()
 }

@@ -1,0 +1,203 @@
+"""flashoverlap for Python: the simulator's use cases, returning plain Python objects.
+
+>>> import flashoverlap as fo
+>>> r = fo.simulate(tp=8, model="llama-3-8b", strategies=["sequential", "flash"])
+>>> r["flash"]["makespan_us"] < r["sequential"]["makespan_us"]
+True
+>>> r.to_pandas()          # one row per strategy (needs pandas)
+
+Every function runs the same code as the ``flashoverlap`` command (same validation, same
+error messages): a bad value raises ``ValueError`` with the message the command prints,
+a wrong type ``TypeError``, a failed run ``RuntimeError``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
+
+from . import _flashoverlap as _core
+
+__all__ = [
+    "FIGURES",
+    "Results",
+    "Timeline",
+    "arguments",
+    "load_timeline",
+    "presets",
+    "simulate",
+]
+
+__version__: str = _core.__version__
+
+#: The names of a run's figures, as results.json, the sweep's files and the charts name
+#: them (each carries its unit: ``_us``, ``_ratio``, ``_x``).
+FIGURES: List[str] = list(_core.figures())
+
+
+def _pandas() -> Any:
+    try:
+        import pandas
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "to_pandas() needs pandas: pip install pandas (or pip install flashoverlap[pandas])"
+        ) from e
+    return pandas
+
+
+class Timeline:
+    """A timeline (predicted or measured) in the schema of ``timeline-<strategy>.json``.
+
+    ``spans`` is a list of dicts (``lane``, ``index``, ``op``, ``kind``, ``label``,
+    ``start_us``, ``end_us``, ``bytes``, ``flops``); ``streams`` names each stream's rank,
+    name and kind; ``document`` is the whole file as a dict.
+    """
+
+    def __init__(self, document: Dict[str, Any]):
+        self.document = document
+        self.strategy: str = document["strategy"]
+        self.source: str = document["source"]
+        self.ranks: int = document["ranks"]
+        self.streams: List[Dict[str, Any]] = document["streams"]
+        self.links: List[str] = document["links"]
+        self.spans: List[Dict[str, Any]] = document["spans"]
+
+    def __len__(self) -> int:
+        return len(self.spans)
+
+    def __repr__(self) -> str:
+        return f"<Timeline {self.source} {self.strategy}: {self.ranks} ranks, {len(self.spans)} spans>"
+
+    def to_pandas(self) -> Any:
+        """The spans as a DataFrame, with each stream span's ``rank``, ``stream`` and
+        ``stream_kind`` (link spans: the link's name in ``stream``, no rank)."""
+        pd = _pandas()
+        rows = []
+        for s in self.spans:
+            row = dict(s)
+            if s["lane"] == "stream":
+                st = self.streams[s["index"]]
+                row.update(rank=st["rank"], stream=st["name"], stream_kind=st["kind"])
+            else:
+                row.update(rank=None, stream=self.links[s["index"]], stream_kind="link")
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+
+class Results:
+    """What ``simulate`` returns: the scenario as it ran and one row of figures per
+    strategy (``FIGURES``, plus per-site and per-phase figures), as in ``results.json``.
+
+    ``results["flash"]`` is the row of a strategy; iterating gives the rows in order;
+    ``document`` is results.json as a dict; ``timelines`` maps each strategy to its
+    :class:`Timeline` when ``simulate(..., timelines=True)``.
+    """
+
+    def __init__(self, document: Dict[str, Any], timelines: Optional[Dict[str, Timeline]] = None):
+        self.document = document
+        self.scenario: Dict[str, Any] = document["scenario"]
+        self.rows: List[Dict[str, Any]] = document["results"]
+        self.timelines: Dict[str, Timeline] = timelines or {}
+
+    @property
+    def strategies(self) -> List[str]:
+        return [r["strategy"] for r in self.rows]
+
+    def __getitem__(self, strategy: str) -> Dict[str, Any]:
+        for r in self.rows:
+            if r["strategy"] == strategy:
+                return r
+        raise KeyError(f"no strategy `{strategy}` (ran: {', '.join(self.strategies)})")
+
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
+        return iter(self.rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __repr__(self) -> str:
+        s = self.scenario
+        return f"<Results {s['workload']} of {s['model']} on {s['hardware']}: {', '.join(self.strategies)}>"
+
+    def to_pandas(self) -> Any:
+        """One row per strategy: ``strategy`` and every figure of ``FIGURES``."""
+        pd = _pandas()
+        return pd.DataFrame(
+            [{"strategy": r["strategy"], **{k: r.get(k) for k in FIGURES}} for r in self.rows]
+        )
+
+    def sites_to_pandas(self) -> Any:
+        """One row per (strategy, site) on the critical rank: compute, communication and
+        exposed communication in µs."""
+        pd = _pandas()
+        return pd.DataFrame(
+            [{"strategy": r["strategy"], **s} for r in self.rows for s in r.get("sites", [])]
+        )
+
+
+def simulate(
+    scenario: str = "default",
+    *,
+    timelines: bool = False,
+    model: Optional[str] = None,
+    hardware: Optional[str] = None,
+    workload: Optional[str] = None,
+    tp: Optional[int] = None,
+    dp: Optional[int] = None,
+    ulysses: Optional[int] = None,
+    rank_order: Optional[str] = None,
+    batch: Optional[int] = None,
+    seq: Optional[int] = None,
+    micro_batches: Optional[int] = None,
+    dtype: Optional[str] = None,
+    transport: Optional[str] = None,
+    nodes: Optional[int] = None,
+    interference: Optional[bool] = None,
+    sites: Optional[Dict[str, str]] = None,
+    strategies: Optional[Union[str, Sequence[str]]] = None,
+) -> Results:
+    """Simulate ``scenario`` (a preset name or a path to a scenario TOML) under each of
+    its strategies, with the keyword arguments replacing the scenario's fields as the
+    command's flags do (``tp`` is ``--tp``, ``strategies`` is ``--strategy``, ``sites``
+    is ``--site`` as a dict, ``interference=False`` is ``--no-interference``). Paths in
+    the scenario file resolve against its folder, paths given here against the working
+    directory. ``timelines=True`` also returns each strategy's timeline."""
+    kwargs = dict(
+        model=model,
+        hardware=hardware,
+        workload=workload,
+        tp=tp,
+        dp=dp,
+        ulysses=ulysses,
+        rank_order=rank_order,
+        batch=batch,
+        seq=seq,
+        micro_batches=micro_batches,
+        dtype=dtype,
+        transport=transport,
+        nodes=nodes,
+        interference=interference,
+        sites=sites,
+        strategies=list(strategies) if isinstance(strategies, (list, tuple)) else strategies,
+    )
+    doc = json.loads(_core.simulate(scenario, timelines, {k: v for k, v in kwargs.items() if v is not None}))
+    tl = {k: Timeline(v) for k, v in doc.get("timelines", {}).items()}
+    return Results(doc["results"], tl)
+
+
+def load_timeline(path: str) -> Timeline:
+    """Read a timeline file (``timeline-<strategy>.json`` of ``simulate --out``, or the
+    ``timeline-measured.json`` of ``run``), validated as ``plot`` and ``validate`` read it."""
+    return Timeline(json.loads(_core.load_timeline(str(path))))
+
+
+def presets(kind: Optional[str] = None) -> List[Dict[str, str]]:
+    """The embedded presets as ``{"kind": ..., "name": ...}`` (kind: model, hardware,
+    scenario); only those of ``kind`` when given."""
+    out = [{"kind": k, "name": n} for k, n in _core.presets()]
+    return [p for p in out if kind is None or p["kind"] == kind]
+
+
+def arguments() -> List[str]:
+    """The keyword arguments ``simulate`` accepts besides ``scenario`` and ``timelines``."""
+    return list(_core.arguments())

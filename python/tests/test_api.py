@@ -1,0 +1,91 @@
+"""The Python API against the library's own behaviour and the command line's."""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+import flashoverlap as fo
+
+
+def test_default_scenario_runs_every_strategy_with_every_figure():
+    r = fo.simulate()
+    assert r.strategies == ["sequential", "chunked:4", "flash"]
+    for row in r:
+        for k in fo.FIGURES:
+            assert k in row, k
+        assert row["makespan_us"] > 0
+    # Flash hides more communication than sequential on the default block.
+    assert r["flash"]["exposed_comm_us"] < r["sequential"]["exposed_comm_us"]
+    assert r.scenario["gpus"] == {"used": 4, "available": 8}
+
+
+def test_keyword_arguments_are_the_commands_flags():
+    r = fo.simulate(tp=8, model="llama-3-8b", strategies="sequential,flash", seq=2048, batch=2)
+    assert r.strategies == ["sequential", "flash"]
+    assert r.scenario["tp"] == 8 and r.scenario["model"] == "llama-3-8b"
+    assert r.scenario["tokens"] == 4096
+
+
+def test_errors_carry_the_commands_messages():
+    with pytest.raises(ValueError) as e:
+        fo.simulate(tp=0)
+    assert str(e.value) == "argument (tp): key `parallel.tp` = 0: must be a positive integer"
+    with pytest.raises(ValueError, match="unknown model preset `nosuch`"):
+        fo.simulate(model="nosuch")
+    with pytest.raises(TypeError, match=r"argument \(tp\): expected an integer"):
+        fo.simulate(tp="eight")
+    with pytest.raises(TypeError, match=r"argument \(tp\): expected an integer"):
+        fo.simulate(tp=True)
+    with pytest.raises(TypeError):
+        fo.simulate(tensor_parallel=8)  # not an argument
+
+
+def test_presets_and_arguments_are_listed():
+    names = {p["name"] for p in fo.presets("model")}
+    assert {"llama-3-8b", "llama-3-70b"} <= names
+    assert all(p["kind"] == "hardware" for p in fo.presets("hardware"))
+    assert "tp" in fo.arguments() and "strategies" in fo.arguments()
+
+
+def test_timelines_round_trip_through_a_file(tmp_path):
+    r = fo.simulate(timelines=True)
+    t = r.timelines["flash"]
+    assert len(t) > 0 and t.source == "predicted" and t.strategy == "flash"
+    p = tmp_path / "timeline-flash.json"
+    p.write_text(json.dumps(t.document))
+    back = fo.load_timeline(p)
+    assert back.spans == t.spans
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "something-else"}')
+    with pytest.raises(ValueError):
+        fo.load_timeline(bad)
+    with pytest.raises(OSError):
+        fo.load_timeline(tmp_path / "missing.json")
+
+
+def test_to_pandas_gives_one_row_per_strategy():
+    pd = pytest.importorskip("pandas", reason="pandas is not installed")
+    r = fo.simulate(strategies=["sequential", "flash"])
+    df = r.to_pandas()
+    assert list(df.columns) == ["strategy"] + fo.FIGURES
+    assert list(df["strategy"]) == ["sequential", "flash"]
+    spans = fo.simulate(timelines=True).timelines["flash"].to_pandas()
+    assert {"start_us", "end_us", "rank", "stream", "kind"} <= set(spans.columns)
+    assert isinstance(r.sites_to_pandas(), pd.DataFrame)
+
+
+def test_figures_equal_the_command_lines_bit_for_bit():
+    exe = os.environ.get("FLASHOVERLAP_BIN")
+    if not exe:
+        pytest.skip("FLASHOVERLAP_BIN is not set (scripts/test sets it to the built binary)")
+    out = subprocess.run(
+        [exe, "simulate", "--format", "json", "--tp", "8", "--model", "llama-3-8b"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    cli = json.loads(out)
+    py = fo.simulate(tp=8, model="llama-3-8b").document
+    assert py == cli

@@ -1,10 +1,11 @@
-"""Helpers the notebooks share: find the flashoverlap binary and run it.
+"""Helpers the notebooks share: find the flashoverlap binary and run it (for what the
+Python package does not cover yet: sweep, plot, validate), and read timelines through the
+package.
 
 The binary is $FLASHOVERLAP_BIN when set (the test suite sets it), else the repository's
 target/release or target/debug build, else `cargo run --release --`.
 """
 
-import json
 import os
 import shutil
 import subprocess
@@ -46,18 +47,10 @@ def workdir(name):
 
 
 def load_timeline(path):
-    """A timeline JSON file (simulate --out, run --out) as (header dict, spans DataFrame)."""
-    import pandas as pd
+    """A timeline JSON file (simulate --out, run --out) as (header dict, spans DataFrame),
+    read and validated by the flashoverlap package."""
+    import flashoverlap
 
-    doc = json.loads(Path(path).read_text())
-    spans = pd.DataFrame(doc["spans"])
-    streams = pd.DataFrame(doc["streams"])
-    spans["rank"] = [
-        streams.loc[i, "rank"] if lane == "stream" else -1 for lane, i in zip(spans["lane"], spans["index"])
-    ]
-    spans["stream"] = [
-        streams.loc[i, "name"] if lane == "stream" else doc["links"][i] for lane, i in zip(spans["lane"], spans["index"])
-    ]
-    spans["dur_us"] = spans["end_us"] - spans["start_us"]
-    header = {k: v for k, v in doc.items() if k != "spans"}
-    return header, spans
+    t = flashoverlap.load_timeline(path)
+    header = {k: v for k, v in t.document.items() if k != "spans"}
+    return header, t.to_pandas()

@@ -69,19 +69,26 @@ class Timeline:
         return f"<Timeline {self.source} {self.strategy}: {self.ranks} ranks, {len(self.spans)} spans>"
 
     def to_pandas(self) -> Any:
-        """The spans as a DataFrame, with each stream span's ``rank``, ``stream`` and
-        ``stream_kind`` (link spans: the link's name in ``stream``, no rank)."""
+        """The spans as a DataFrame, with each span's ``dur_us`` and each stream span's
+        ``rank``, ``stream`` and ``stream_kind`` (link spans: rank -1, the link's name in
+        ``stream``, kind ``link``)."""
         pd = _pandas()
         rows = []
         for s in self.spans:
             row = dict(s)
+            row["dur_us"] = s["end_us"] - s["start_us"]
             if s["lane"] == "stream":
                 st = self.streams[s["index"]]
                 row.update(rank=st["rank"], stream=st["name"], stream_kind=st["kind"])
             else:
-                row.update(rank=None, stream=self.links[s["index"]], stream_kind="link")
+                row.update(rank=-1, stream=self.links[s["index"]], stream_kind="link")
             rows.append(row)
         return pd.DataFrame(rows)
+
+    def save(self, path: Any) -> None:
+        """Write the timeline file (what ``plot timeline`` and ``validate`` read)."""
+        with open(path, "w") as f:
+            json.dump(self.document, f)
 
 
 class Results:

@@ -48,13 +48,13 @@ fn every_notebook_executes() {
     let ready = Command::new(&py)
         .args([
             "-c",
-            "import nbclient, ipykernel, nbformat, pandas, matplotlib",
+            "import nbclient, ipykernel, nbformat, pandas, matplotlib, flashoverlap",
         ])
         .output()
         .is_ok_and(|o| o.status.success());
     if !ready {
         let why = format!(
-            "`{py}` lacks the notebooks' packages (notebooks/requirements.txt); scripts/test installs them"
+            "`{py}` lacks the notebooks' packages (notebooks/requirements.txt and this repository's `pip install .`); scripts/test installs them"
         );
         if std::env::var("REQUIRE_NOTEBOOKS").is_ok_and(|v| v == "1") {
             panic!("{why}");

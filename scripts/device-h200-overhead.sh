@@ -14,7 +14,7 @@ stamp() { echo "== [$(date +%T)] $*"; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version,power.limit --format=csv
 HW=hardware-profiles/measured/h200-measured.toml
 stamp "GPU unit tests"
-REQUIRE_GPU=1 $B/cuda-tests --test-threads 1 2>&1 | tail -n 16
+REQUIRE_GPU=1 $B/cuda-tests --include-ignored --test-threads 1 2>&1 | tail -n 16
 stamp "single-rank schedules, stand-in none, with the back-to-back baseline"
 # The overhead lines are on standard error (in the log); the tables are not needed.
 EMU_FILTER="tail -n 0"

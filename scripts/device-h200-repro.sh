@@ -15,7 +15,7 @@ HW=hardware-profiles/measured/h200-measured.toml
 # the one GPU, copy-engine transport).
 if [ -n "${FO_CHECK:-}" ]; then
   stamp "GPU unit tests"
-  REQUIRE_GPU=1 $B/cuda-tests --test-threads 1 2>&1 | tail -n 3
+  REQUIRE_GPU=1 $B/cuda-tests --include-ignored --test-threads 1 2>&1 | tail -n 3
   stamp "correctness: every strategy, all ranks on one GPU"
   correctness "$R"
 fi

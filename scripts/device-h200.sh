@@ -23,7 +23,7 @@ nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu
   --format=csv -lms 250 > "$R/smi.csv" 2>&1 &
 SMI=$!
 stamp "GPU unit tests"
-REQUIRE_GPU=1 $B/cuda-tests --test-threads 1 2>&1 | tail -n 15
+REQUIRE_GPU=1 $B/cuda-tests --include-ignored --test-threads 1 2>&1 | tail -n 15
 stamp "calibrate"
 $B/flashoverlap calibrate --base h200-sxm-8 --name h200-measured --out "$R/h200-measured.toml" \
   --repeats 5 --force

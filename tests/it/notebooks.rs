@@ -42,7 +42,11 @@ fn python() -> String {
     std::env::var("FLASHOVERLAP_PYTHON").unwrap_or_else(|_| "python3".into())
 }
 
+/// Needs the notebooks' Python environment with this repository's package installed,
+/// which plain `cargo test` does not set up: it shows as ignored there, and
+/// scripts/test, which makes the environment, runs it with `--ignored`.
 #[test]
+#[ignore = "needs the notebooks' Python environment and the package: scripts/test runs it"]
 fn every_notebook_executes() {
     let py = python();
     let ready = Command::new(&py)
@@ -52,16 +56,10 @@ fn every_notebook_executes() {
         ])
         .output()
         .is_ok_and(|o| o.status.success());
-    if !ready {
-        let why = format!(
-            "`{py}` lacks the notebooks' packages (notebooks/requirements.txt and this repository's `pip install .`); scripts/test installs them"
-        );
-        if std::env::var("REQUIRE_NOTEBOOKS").is_ok_and(|v| v == "1") {
-            panic!("{why}");
-        }
-        eprintln!("skipped: {why}");
-        return;
-    }
+    assert!(
+        ready,
+        "`{py}` lacks the notebooks' packages (notebooks/requirements.txt and this repository's `pip install .`); scripts/test installs them"
+    );
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let work = tempfile::tempdir().unwrap();
     let out = Command::new(&py)

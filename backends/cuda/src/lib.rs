@@ -1659,6 +1659,7 @@ mod tests {
     /// The preamble runs before every run, outside the timed spans: a 50 µs sleep there
     /// leaves a tiny span tiny.
     #[test]
+    #[ignore = "needs an NVIDIA GPU: run with --include-ignored (scripts/device-*.sh do)"]
     fn the_preamble_runs_untimed_before_every_run() {
         if !gpu_or_skip() {
             return;
@@ -1706,6 +1707,7 @@ mod tests {
     /// Runs only where a GPU is present; prints why it skips otherwise, and fails
     /// instead of skipping when `REQUIRE_GPU=1`.
     #[test]
+    #[ignore = "needs an NVIDIA GPU: run with --include-ignored (scripts/device-*.sh do)"]
     fn add_kernel_adds_on_the_gpu() {
         if let Err(e) = probe() {
             assert!(
@@ -1832,6 +1834,7 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs an NVIDIA GPU: run with --include-ignored (scripts/device-*.sh do)"]
     fn spans_time_a_known_sleep() {
         if !gpu_or_skip() {
             return;
@@ -1906,6 +1909,7 @@ mod tests {
     /// With shared boundaries, a span that follows another on its stream starts at that
     /// one's end event (exactly); without, it starts at an event of its own, after it.
     #[test]
+    #[ignore = "needs an NVIDIA GPU: run with --include-ignored (scripts/device-*.sh do)"]
     fn spans_that_follow_each_other_share_their_boundary_event() {
         if !gpu_or_skip() {
             return;
@@ -1946,6 +1950,7 @@ mod tests {
     /// span's end has not happened; once the gate opens it does, and the gate did not
     /// open by its timeout.
     #[test]
+    #[ignore = "needs an NVIDIA GPU: run with --include-ignored (scripts/device-*.sh do)"]
     fn the_start_gate_holds_the_gpu_until_every_step_is_issued() {
         if !gpu_or_skip() {
             return;
@@ -1975,6 +1980,7 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs an NVIDIA GPU: run with --include-ignored (scripts/device-*.sh do)"]
     fn watchdog_names_the_span_that_did_not_end() {
         if !gpu_or_skip() {
             return;
@@ -2010,6 +2016,7 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs an NVIDIA GPU: run with --include-ignored (scripts/device-*.sh do)"]
     fn nccl_send_to_self_copies_the_region() {
         if !gpu_or_skip() {
             return;
@@ -2103,6 +2110,7 @@ mod tests {
     /// arithmetic (the reference check uses the same kernels, so it cannot catch their
     /// bugs).
     #[test]
+    #[ignore = "needs an NVIDIA GPU: run with --include-ignored (scripts/device-*.sh do)"]
     fn random_runs_lay_consecutive_values_out_in_pieces() {
         if !gpu_or_skip() {
             return;
@@ -2155,6 +2163,7 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs an NVIDIA GPU: run with --include-ignored (scripts/device-*.sh do)"]
     fn strided_activation_and_add_match_the_host() {
         if !gpu_or_skip() {
             return;

@@ -63,6 +63,30 @@ pub enum Command {
     Plot(plot::Args),
     /// Measure the simulator's own speed (events/s, wall time) on fixed cases.
     Bench(bench::Args),
+    /// Print a shell completion script (e.g. `flashoverlap completions bash >
+    /// ~/.local/share/bash-completion/completions/flashoverlap`).
+    Completions {
+        /// The shell: bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+}
+
+/// The completion script of `shell`, generated from the command definition (so every
+/// subcommand and option is in it), on stdout.
+fn completions(shell: clap_complete::Shell) -> Result<(), CliError> {
+    use clap::CommandFactory;
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "flashoverlap", &mut script);
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    out.write_all(&script)
+        .and_then(|()| out.flush())
+        .map_err(|source| {
+            CliError::output(crate::io::OutputError::Write {
+                path: "standard output".into(),
+                source,
+            })
+        })
 }
 
 /// An error on its way to the user, with the exit code it maps to.
@@ -106,6 +130,7 @@ pub fn main() -> ExitCode {
         Command::Simulate(a) => simulate::run(*a),
         Command::List => list::run(),
         Command::Bench(a) => bench::run(a),
+        Command::Completions { shell } => completions(shell),
         Command::Run(a) => run::run(*a),
         Command::Calibrate(a) => calibrate::run(a),
         Command::Validate(a) => validate::run(a),

@@ -600,3 +600,41 @@ fn a_scenario_files_paths_resolve_against_its_folder_whatever_flags_say() {
         assert!(t.contains("flash"), "{extra:?}: {t}");
     }
 }
+
+/// Shell completions come from the command definition: every subcommand and a
+/// subcommand's options are in them, and the bash script parses (`bash -n`).
+#[test]
+fn completions_cover_every_subcommand() {
+    let bash = stdout(&["completions", "bash"]);
+    for sub in [
+        "simulate",
+        "collective",
+        "sweep",
+        "plot",
+        "validate",
+        "calibrate",
+        "run",
+        "bench",
+        "list",
+    ] {
+        assert!(bash.contains(sub), "{sub}");
+    }
+    assert!(bash.contains("--algorithm") && bash.contains("--rank-order"));
+    let d = tempfile::tempdir().unwrap();
+    let f = d.path().join("c.bash");
+    std::fs::write(&f, &bash).unwrap();
+    match std::process::Command::new("bash")
+        .arg("-n")
+        .arg(&f)
+        .output()
+    {
+        Ok(o) => assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr)),
+        Err(e) => eprintln!("bash not found ({e}); the script's syntax is not checked"),
+    }
+    for shell in ["zsh", "fish"] {
+        assert!(
+            stdout(&["completions", shell]).contains("collective"),
+            "{shell}"
+        );
+    }
+}

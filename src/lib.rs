@@ -7,6 +7,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod app;
 pub mod cli;
 pub mod config;
 pub mod cost;

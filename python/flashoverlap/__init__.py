@@ -20,9 +20,11 @@ from . import _flashoverlap as _core
 
 __all__ = [
     "FIGURES",
+    "Collective",
     "Results",
     "Timeline",
     "arguments",
+    "collective",
     "load_timeline",
     "presets",
     "simulate",
@@ -190,6 +192,60 @@ def simulate(
     doc = json.loads(_core.simulate(scenario, timelines, {k: v for k, v in kwargs.items() if v is not None}))
     tl = {k: Timeline(v) for k, v in doc.get("timelines", {}).items()}
     return Results(doc["results"], tl)
+
+
+class Collective:
+    """What ``collective`` returns: one row per size (``size_bytes``, ``count``,
+    ``time_us``, ``algbw_GB/s``, ``busbw_GB/s``, ``algorithm``, ``protocol``,
+    ``channels``, ``nccl_model_us``, ...) as the command's JSON has them, the mean busbw,
+    and ``table``, the nccl-tests table the command prints."""
+
+    def __init__(self, document: Dict[str, Any], table: str):
+        self.document = document
+        self.rows: List[Dict[str, Any]] = document["rows"]
+        self.avg_busbw: float = document["avg_busbw_GB/s"]
+        self.table = table
+
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
+        return iter(self.rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __repr__(self) -> str:
+        d = self.document
+        return f"<Collective {d['op']} on {d['ranks']} ranks of {d['hardware']}: {len(self.rows)} sizes, avg busbw {self.avg_busbw} GB/s>"
+
+    def to_pandas(self) -> Any:
+        """One row per size."""
+        return _pandas().DataFrame(self.rows)
+
+
+def collective(
+    hardware: str = "h100-sxm-8",
+    op: str = "all-reduce",
+    sizes: str = "1KiB:8GiB",
+    *,
+    factor: int = 2,
+    algorithm: str = "auto",
+    protocol: str = "auto",
+    channels: Optional[int] = None,
+    ranks: Optional[int] = None,
+    nodes: Optional[int] = None,
+    gpus: Optional[int] = None,
+    chunks: Optional[int] = None,
+    dtype: str = "fp32",
+    symmetry: bool = True,
+) -> Collective:
+    """Simulate one collective over a range of sizes, as ``flashoverlap collective`` does
+    (same arguments as its flags; ``sizes`` as nccl-tests takes them, ``MIN:MAX`` or a
+    comma-separated list)."""
+    doc = json.loads(
+        _core.collective(
+            hardware, op, sizes, factor, algorithm, protocol, channels, ranks, nodes, gpus, chunks, dtype, symmetry
+        )
+    )
+    return Collective(doc["output"], doc["table"])
 
 
 def load_timeline(path: str) -> Timeline:

@@ -6,6 +6,21 @@ __version__: str
 
 def simulate(scenario: str = ..., timelines: bool = ..., kwargs: Optional[Dict[str, Any]] = ...) -> str: ...
 def load_timeline(path: str) -> str: ...
+def collective(
+    hardware: str = ...,
+    op: str = ...,
+    sizes: str = ...,
+    factor: int = ...,
+    algorithm: str = ...,
+    protocol: str = ...,
+    channels: Optional[int] = ...,
+    ranks: Optional[int] = ...,
+    nodes: Optional[int] = ...,
+    gpus: Optional[int] = ...,
+    chunks: Optional[int] = ...,
+    dtype: str = ...,
+    symmetry: bool = ...,
+) -> str: ...
 def presets() -> List[Tuple[str, str]]: ...
 def figures() -> List[str]: ...
 def arguments() -> List[str]: ...

@@ -167,22 +167,121 @@ fn simulate(
     let run = py
         .detach(|| flashoverlap::simulate::run_scenario(&sc, &opts))
         .map_err(|e| PyRuntimeError::new_err(chain(&e)))?;
-    let results: serde_json::Value = serde_json::from_str(&flashoverlap::report::json(&sc, &run))
-        .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
-    let mut doc = serde_json::Map::new();
-    doc.insert("results".into(), results);
+    // results.json as the command writes it (its key order kept), then the timelines.
+    let err = |e: serde_json::Error| PyRuntimeError::new_err(e.to_string());
+    let mut doc = format!("{{\"results\": {}", flashoverlap::report::json(&sc, &run));
     if timelines {
-        let mut t = serde_json::Map::new();
-        for r in &run.runs {
+        doc.push_str(", \"timelines\": {");
+        for (i, r) in run.runs.iter().enumerate() {
             let tf = TimelineFile::from(&r.timeline);
-            t.insert(
-                r.strategy.to_string(),
-                serde_json::to_value(&tf).map_err(|e| PyRuntimeError::new_err(e.to_string()))?,
-            );
+            if i > 0 {
+                doc.push_str(", ");
+            }
+            doc.push_str(&serde_json::to_string(&r.strategy.to_string()).map_err(err)?);
+            doc.push_str(": ");
+            doc.push_str(&serde_json::to_string(&tf).map_err(err)?);
         }
-        doc.insert("timelines".into(), serde_json::Value::Object(t));
+        doc.push('}');
     }
-    Ok(serde_json::Value::Object(doc).to_string())
+    doc.push('}');
+    Ok(doc)
+}
+
+/// One collective over a range of sizes (`flashoverlap collective`): JSON of
+/// `{"output": <the command's JSON>, "table": <its nccl-tests table>}`.
+#[pyfunction]
+#[pyo3(signature = (
+    hardware = "h100-sxm-8",
+    op = "all-reduce",
+    sizes = "1KiB:8GiB",
+    factor = 2,
+    algorithm = "auto",
+    protocol = "auto",
+    channels = None,
+    ranks = None,
+    nodes = None,
+    gpus = None,
+    chunks = None,
+    dtype = "fp32",
+    symmetry = true
+))]
+#[allow(clippy::too_many_arguments)]
+fn collective(
+    py: Python<'_>,
+    hardware: &str,
+    op: &str,
+    sizes: &str,
+    factor: u64,
+    algorithm: &str,
+    protocol: &str,
+    channels: Option<u32>,
+    ranks: Option<u32>,
+    nodes: Option<u64>,
+    gpus: Option<u64>,
+    chunks: Option<u32>,
+    dtype: &str,
+    symmetry: bool,
+) -> PyResult<String> {
+    use flashoverlap::app::collective::{self as app, Error, Request};
+    use flashoverlap::cost::nccl::Protocol;
+    use flashoverlap::strategy::collective::{Algorithm, CollectiveOp};
+    let bad = |arg: &str, msg: String| PyValueError::new_err(format!("argument ({arg}): {msg}"));
+    let op = CollectiveOp::parse(op).ok_or_else(|| {
+        let known: Vec<_> = CollectiveOp::ALL.iter().map(|o| o.name()).collect();
+        bad("op", format!("`{op}` is not one of {}", known.join(", ")))
+    })?;
+    let algorithm = match algorithm {
+        "auto" => None,
+        s => Some(Algorithm::parse(s).ok_or_else(|| {
+            bad(
+                "algorithm",
+                format!("`{s}` is not one of auto, ring, tree, direct, pairwise (p2p)"),
+            )
+        })?),
+    };
+    let protocol = match protocol {
+        "auto" => None,
+        s => Some(Protocol::parse(s).ok_or_else(|| {
+            bad(
+                "protocol",
+                format!("`{s}` is not one of auto, simple, ll, ll128"),
+            )
+        })?),
+    };
+    let dtype = flashoverlap::scenario::DType::parse(dtype).ok_or_else(|| {
+        bad(
+            "dtype",
+            format!("`{dtype}` is not one of fp32, bf16, fp16, fp8"),
+        )
+    })?;
+    let sizes = flashoverlap::units::parse_sizes(sizes, factor).map_err(|e| bad("sizes", e))?;
+    let req = Request {
+        op,
+        algorithm,
+        protocol,
+        channels,
+        ranks,
+        nodes,
+        gpus,
+        sizes,
+        chunks,
+        dtype,
+        symmetry,
+        ..Request::new(hardware)
+    };
+    let out = py.detach(|| app::run(&req)).map_err(|e| match e {
+        Error::Input { fields, message } => bad(&fields.join("/"), message),
+        Error::Config(e) => PyValueError::new_err(chain(&e)),
+        Error::Build(e) => PyValueError::new_err(chain(&e)),
+        Error::Run(e) => PyRuntimeError::new_err(e),
+    })?;
+    // The command's JSON as it is (its key order is the columns'), and the table.
+    let table =
+        serde_json::to_string(&out.table()).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+    Ok(format!(
+        "{{\"output\": {}, \"table\": {table}}}",
+        out.json()
+    ))
 }
 
 /// A timeline file (predicted or measured), validated as `plot` and `validate` read it;
@@ -222,6 +321,7 @@ fn arguments() -> Vec<&'static str> {
 fn _flashoverlap(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(simulate, m)?)?;
     m.add_function(wrap_pyfunction!(load_timeline, m)?)?;
+    m.add_function(wrap_pyfunction!(collective, m)?)?;
     m.add_function(wrap_pyfunction!(presets, m)?)?;
     m.add_function(wrap_pyfunction!(figures, m)?)?;
     m.add_function(wrap_pyfunction!(arguments, m)?)?;

@@ -89,3 +89,26 @@ def test_figures_equal_the_command_lines_bit_for_bit():
     cli = json.loads(out)
     py = fo.simulate(tp=8, model="llama-3-8b").document
     assert py == cli
+
+
+def test_collective_is_the_commands():
+    c = fo.collective("dgx-h100", sizes="1GiB,8GiB", nodes=2)
+    assert [r["size_bytes"] for r in c] == [1 << 30, 8 << 30]
+    assert all(r["busbw_GB/s"] > 300 for r in c), c.rows
+    assert "# Avg bus bandwidth" in c.table
+    with pytest.raises(ValueError, match=r"argument \(channels\): 0 is not in 1..64"):
+        fo.collective(channels=0, sizes="1MiB")
+    with pytest.raises(ValueError, match=r"argument \(op\): `x` is not one of"):
+        fo.collective(op="x")
+    exe = os.environ.get("FLASHOVERLAP_BIN")
+    if exe:
+        out = subprocess.run(
+            [exe, "collective", "--hardware", "dgx-h100", "--nodes", "2", "--sizes", "1GiB,8GiB", "--format", "json"],
+            check=True, capture_output=True, text=True,
+        ).stdout
+        assert json.loads(out) == c.document
+        table = subprocess.run(
+            [exe, "collective", "--hardware", "dgx-h100", "--nodes", "2", "--sizes", "1GiB,8GiB"],
+            check=True, capture_output=True, text=True,
+        ).stdout
+        assert table == c.table

@@ -1,16 +1,16 @@
-//! `flashoverlap collective`: one collective over a range of sizes, simulated on a
-//! hardware profile, printed the way nccl-tests prints its measurements.
+//! `flashoverlap collective`: the flags of [`crate::app::collective`]'s request, and its
+//! output printed as a table (nccl-tests' layout), CSV or JSON.
 
 use super::CliError;
-use crate::config;
-use crate::config::validate::MAX_CHANNELS;
-use crate::cost::nccl::{self, Fabric, NcclAlgo, NcclColl, Protocol, Tuned};
-use crate::exec::sim::{self, SimOptions};
+use crate::app::collective::{self as app, Error, Request};
+use crate::cost::nccl::Protocol;
+use crate::exec::sim::SimOptions;
 use crate::io::write_atomic;
 use crate::scenario::DType;
-use crate::strategy::collective::{self, Algorithm, CollectiveOp, CollectiveSpec, NcclChannels};
-use serde::Serialize;
+use crate::strategy::collective::{Algorithm, CollectiveOp};
 use std::path::PathBuf;
+
+use crate::units::parse_sizes;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -91,190 +91,6 @@ pub enum Symmetry {
     Off,
 }
 
-/// Parse one size: `4096`, `4K`, `4KiB`, `1.5MB`.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let mul: f64 = match unit.trim() {
-        "" | "B" | "b" => 1.0,
-        "K" | "k" | "KiB" | "kiB" => 1024.0,
-        "M" | "m" | "MiB" => 1024.0 * 1024.0,
-        "G" | "g" | "GiB" => 1024.0 * 1024.0 * 1024.0,
-        "T" | "TiB" => 1024f64.powi(4),
-        "KB" | "kB" => 1e3,
-        "MB" => 1e6,
-        "GB" => 1e9,
-        "TB" => 1e12,
-        other => {
-            return Err(format!(
-                "`{s}`: unknown unit `{other}` (B, KiB, MiB, GiB, KB, MB, GB)"
-            ));
-        }
-    };
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("`{s}` is not a size (e.g. 4096, 64KiB, 1GiB)"))?;
-    let bytes = v * mul;
-    if !bytes.is_finite() || bytes > (1u64 << 60) as f64 {
-        return Err(format!("`{s}` is larger than 2^60 bytes"));
-    }
-    if bytes.fract() != 0.0 {
-        return Err(format!("`{s}` is not a whole number of bytes"));
-    }
-    Ok(bytes as u64)
-}
-
-/// The sizes of `--sizes` / `--factor`.
-pub fn parse_sizes(s: &str, factor: u64) -> Result<Vec<u64>, String> {
-    if let Some((a, b)) = s.split_once(':') {
-        let (lo, hi) = (parse_size(a)?, parse_size(b)?);
-        if factor < 2 {
-            return Err(format!("--factor must be at least 2, got {factor}"));
-        }
-        if lo == 0 || lo > hi {
-            return Err(format!(
-                "`{s}`: a range needs 0 < MIN ≤ MAX (got {lo} and {hi} bytes)"
-            ));
-        }
-        let mut out = vec![lo];
-        while let Some(next) = out.last().and_then(|x| x.checked_mul(factor)) {
-            if next > hi {
-                break;
-            }
-            out.push(next);
-        }
-        Ok(out)
-    } else {
-        s.split(',').map(parse_size).collect()
-    }
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Row {
-    pub size_bytes: u64,
-    /// nccl-tests' count: elements per rank's send (all-gather, all-to-all) or receive
-    /// (reduce-scatter) buffer, of the buffer (all-reduce, sendrecv).
-    pub count: u64,
-    #[serde(rename = "type")]
-    pub dtype: &'static str,
-    pub redop: &'static str,
-    pub time_us: f64,
-    #[serde(rename = "algbw_GB/s")]
-    pub algbw: f64,
-    #[serde(rename = "busbw_GB/s")]
-    pub busbw: f64,
-    /// What ran: ring, tree, direct or pairwise.
-    pub algorithm: &'static str,
-    /// NCCL's protocol of a ring or tree (`-` for the decomposed algorithms).
-    pub protocol: &'static str,
-    /// Channels (ring, tree) or parts (direct, pairwise).
-    pub channels: u32,
-    /// NCCL's own tuning-model time for what ran, µs (absent outside its model).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub nccl_model_us: Option<f64>,
-    pub events: u64,
-    /// Ranks whose programs were simulated: all of them, or the representatives of a
-    /// symmetric plan.
-    pub simulated_ranks: u32,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Output {
-    pub format: &'static str,
-    pub version: u32,
-    pub op: String,
-    /// What was asked: `auto` or one algorithm.
-    pub algorithm: String,
-    pub protocol: String,
-    pub ranks: u32,
-    pub nodes: u32,
-    pub hardware: String,
-    pub rows: Vec<Row>,
-    /// nccl-tests' footer: the mean busbw over the sizes.
-    #[serde(rename = "avg_busbw_GB/s")]
-    pub avg_busbw: f64,
-}
-
-/// nccl-tests' names of the element types.
-fn nccl_type(d: DType) -> &'static str {
-    match d {
-        DType::Fp32 => "float",
-        DType::Bf16 => "bfloat16",
-        DType::Fp16 => "half",
-        DType::Fp8 => "f8e4m3",
-    }
-}
-
-/// Round to 1 ps / 1e-6 GB/s so outputs carry no float noise.
-fn round6(x: f64) -> f64 {
-    (x * 1e6).round() / 1e6
-}
-
-/// C's `%g`: six significant digits, trailing zeros dropped.
-fn fmt_g(x: f64) -> String {
-    if x == 0.0 || !x.is_finite() {
-        return format!("{x}");
-    }
-    let exp = x.abs().log10().floor() as i32;
-    if !(-4..6).contains(&exp) {
-        let s = format!("{:.5e}", x);
-        let (m, e) = s.split_once('e').unwrap_or((&s, "0"));
-        let m = m.trim_end_matches('0').trim_end_matches('.');
-        let e: i32 = e.parse().unwrap_or(0);
-        return format!("{m}e{}{:02}", if e < 0 { '-' } else { '+' }, e.abs());
-    }
-    let s = format!("{:.*}", (5 - exp).max(0) as usize, x);
-    if s.contains('.') {
-        s.trim_end_matches('0').trim_end_matches('.').to_string()
-    } else {
-        s
-    }
-}
-
-/// nccl-tests' number columns: `%*.2f`, or fewer decimals when that is too wide.
-fn fmt_width(x: f64, width: usize) -> String {
-    for d in [2usize, 1, 0] {
-        let s = format!("{:>width$.d$}", x);
-        if s.len() <= width {
-            return s;
-        }
-    }
-    format!("{:>width$.0e}", x)
-}
-
-/// What `--algorithm` asked for.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Asked {
-    Auto,
-    One(Algorithm),
-}
-
-fn nccl_coll(op: CollectiveOp) -> Option<NcclColl> {
-    match op {
-        CollectiveOp::AllGather => Some(NcclColl::AllGather),
-        CollectiveOp::ReduceScatter => Some(NcclColl::ReduceScatter),
-        CollectiveOp::AllReduce => Some(NcclColl::AllReduce),
-        CollectiveOp::AllToAll | CollectiveOp::SendRecv => None,
-    }
-}
-
-fn to_nccl(a: Algorithm) -> Option<NcclAlgo> {
-    match a {
-        Algorithm::Ring => Some(NcclAlgo::Ring),
-        Algorithm::Tree => Some(NcclAlgo::Tree),
-        _ => None,
-    }
-}
-
-/// The most pipelined chunks per channel a tree gets by default, per level of it.
-const TREE_CHUNKS_PER_LEVEL: u64 = 16;
-/// A tree's default pipeline chunk per channel (NCCL pipelines a tree channel's data in
-/// chunks of tens to hundreds of KiB, smaller for the LL protocols).
-const TREE_CHUNK_BYTES: u64 = 64 << 10;
-
 pub fn run(a: Args) -> Result<(), CliError> {
     let op = CollectiveOp::parse(&a.op).ok_or_else(|| {
         let known: Vec<_> = CollectiveOp::ALL.iter().map(|o| o.name()).collect();
@@ -284,23 +100,14 @@ pub fn run(a: Args) -> Result<(), CliError> {
             known.join(", ")
         ))
     })?;
-    let asked = match a.algorithm.as_str() {
-        "auto" => Asked::Auto,
-        s => Asked::One(Algorithm::parse(s).ok_or_else(|| {
+    let algorithm = match a.algorithm.as_str() {
+        "auto" => None,
+        s => Some(Algorithm::parse(s).ok_or_else(|| {
             CliError::input(format!(
                 "--algorithm: `{s}` is not one of auto, ring, tree, direct, pairwise (p2p)"
             ))
         })?),
     };
-    if let Asked::One(alg) = asked
-        && !op.algorithms().contains(&alg)
-    {
-        let known: Vec<_> = op.algorithms().iter().map(|a| a.name()).collect();
-        return Err(CliError::input(format!(
-            "--algorithm: {op} has no `{alg}` algorithm (it has: auto, {})",
-            known.join(", ")
-        )));
-    }
     let protocol = match a.protocol.as_str() {
         "auto" => None,
         s => Some(Protocol::parse(s).ok_or_else(|| {
@@ -309,20 +116,6 @@ pub fn run(a: Args) -> Result<(), CliError> {
             ))
         })?),
     };
-    if let Some(c) = a.channels
-        && !(1..=MAX_CHANNELS).contains(&(c as u64))
-    {
-        return Err(CliError::input(format!(
-            "--channels: {c} is not in 1..{MAX_CHANNELS} (NCCL's MAXCHANNELS)"
-        )));
-    }
-    if let Some(k) = a.chunks
-        && !(1..=MAX_CHUNKS).contains(&k)
-    {
-        return Err(CliError::input(format!(
-            "--chunks: {k} is not in 1..{MAX_CHUNKS}"
-        )));
-    }
     let dtype = DType::parse(&a.dtype).ok_or_else(|| {
         CliError::input(format!(
             "--dtype: `{}` is not one of fp32, bf16, fp16, fp8",
@@ -331,314 +124,37 @@ pub fn run(a: Args) -> Result<(), CliError> {
     })?;
     let sizes =
         parse_sizes(&a.sizes, a.factor).map_err(|e| CliError::input(format!("--sizes: {e}")))?;
-    let hw =
-        config::load_hardware_sized(&a.hardware, None, a.nodes, a.gpus).map_err(CliError::input)?;
-    let ranks = a.ranks.unwrap_or(hw.topology.gpu_count() as u32);
-    hw.topology
-        .require_gpus(ranks as usize)
-        .map_err(|e| CliError::input(format!("--ranks: {e}")))?;
-    let opts = SimOptions {
-        record_links: false,
+    let req = Request {
+        op,
+        algorithm,
+        protocol,
+        channels: a.channels,
+        ranks: a.ranks,
+        hardware: a.hardware.clone(),
+        nodes: a.nodes,
+        gpus: a.gpus,
+        sizes,
+        chunks: a.chunks,
+        dtype,
         max_events: a.max_events,
-        ..SimOptions::default()
+        symmetry: a.symmetry == Symmetry::Auto,
     };
-    let orbits = match a.symmetry {
-        Symmetry::Auto if ranks as usize == hw.topology.gpu_count() => hw
-            .topology
-            .link_orbits()
-            .map_err(|e| CliError::run(e.to_string()))?
-            .filter(|o| o.order > 1),
-        _ => None,
-    };
-    let cfg = hw.comm.nccl;
-    let fabric = Fabric::of(&hw.topology, ranks);
-    let ch = nccl::channels(&cfg, &fabric, a.channels);
-    let node_size = hw.topology.gpus_per_node() as u32;
-    // NCCL's model is of machines NCCL runs on: nodes of at most an NVL72 rack's GPUs.
-    // A larger one-level fabric (a ring of thousands of GPUs) runs the plain algorithms
-    // at the profile's own message costs.
-    let nccl_machine = node_size <= MAX_NCCL_NODE;
-    if !nccl_machine && (protocol.is_some() || a.channels.is_some()) {
-        return Err(CliError::input(format!(
-            "--protocol/--channels: NCCL's channel model covers nodes of at most {MAX_NCCL_NODE} GPUs; {} has {node_size} in one node (use --protocol auto and no --channels)",
-            hw.name
-        )));
-    }
-    let mut rows = Vec::with_capacity(sizes.len());
-    for &bytes in &sizes {
-        // NCCL's choice (or the one asked), priced by its tuning model.
-        let tuned = nccl_coll(op)
-            .filter(|_| nccl_machine)
-            .map(|coll| nccl::tune(&cfg, &fabric, ch, coll, bytes));
-        let allowed = |t: &&Tuned| {
-            protocol.is_none_or(|p| p == t.protocol)
-                && match asked {
-                    Asked::Auto => true,
-                    Asked::One(alg) => to_nccl(alg) == Some(t.algo),
-                }
-        };
-        let pick = tuned
-            .as_ref()
-            .and_then(|t| nccl::pick(&t.iter().filter(allowed).copied().collect::<Vec<_>>()));
-        let algorithm = match (asked, pick) {
-            (Asked::One(alg), _) => alg,
-            (Asked::Auto, Some(t)) if t.algo == NcclAlgo::Tree => Algorithm::Tree,
-            (Asked::Auto, _) => op.algorithms()[0],
-        };
-        if protocol.is_some() && to_nccl(algorithm).is_none() {
-            return Err(CliError::input(format!(
-                "--protocol: {} runs as point-to-point messages, not as an NCCL ring or tree (use --algorithm ring or tree, or --protocol auto)",
-                if matches!(asked, Asked::Auto) {
-                    op.name().to_string()
-                } else {
-                    format!("{op} with `{algorithm}`")
-                }
-            )));
+    let out = app::run(&req).map_err(|e| match e {
+        Error::Input { fields, message } => {
+            CliError::input(format!("--{}: {message}", fields.join("/--")))
         }
-        let nccl_run = match (to_nccl(algorithm), pick) {
-            (Some(alg), Some(t)) if t.algo == alg => Some(t),
-            _ => None,
-        };
-        let per_channel = bytes / ch.count.max(1) as u64;
-        let chunks = match (a.chunks, algorithm) {
-            (Some(k), _) => k,
-            (None, Algorithm::Tree) => {
-                let levels = node_size.max(1) as u64 + (fabric.nodes as u64).max(2).ilog2() as u64;
-                per_channel
-                    .div_ceil(TREE_CHUNK_BYTES)
-                    .clamp(1, TREE_CHUNKS_PER_LEVEL * levels) as u32
-            }
-            (None, _) => 1,
-        };
-        let spec = CollectiveSpec {
-            op,
-            algorithm,
-            ranks,
-            bytes,
-            chunks,
-            nccl: nccl_run.map(|t| NcclChannels {
-                channels: ch.count,
-                node_size,
-                wire: nccl::wire(&cfg, &fabric, ch, t.algo, t.protocol),
-                channel_bw: fabric.channel_bw(ch.count, ch.ceiling).1,
-            }),
-        };
-        let shift = orbits
-            .as_ref()
-            .filter(|o| {
-                collective::is_rotation_invariant(&spec)
-                    && (node_size >= ranks || o.shift % node_size.max(1) == 0)
-            })
-            .map(|o| o.shift);
-        let plan = collective::build_with(&spec, shift).map_err(CliError::input)?;
-        let r = sim::simulate(&plan, &hw, &opts).map_err(CliError::run)?;
-        let t = r.times.iter().map(|t| t.end).fold(0.0, f64::max);
-        let algbw = if t > 0.0 { bytes as f64 / t / 1e9 } else { 0.0 };
-        rows.push(Row {
-            size_bytes: bytes,
-            count: nccl_count(op, bytes, ranks, dtype),
-            dtype: nccl_type(dtype),
-            redop: match op {
-                CollectiveOp::AllReduce | CollectiveOp::ReduceScatter => "sum",
-                _ => "none",
-            },
-            time_us: round6(t * 1e6),
-            algbw: round6(algbw),
-            busbw: round6(algbw * op.busbw_factor(ranks)),
-            algorithm: algorithm.name(),
-            protocol: nccl_run.map_or("-", |t| t.protocol.name()),
-            channels: if nccl_run.is_some() { ch.count } else { chunks },
-            nccl_model_us: nccl_run.map(|t| round6(t.time_us)),
-            events: r.events,
-            simulated_ranks: shift.unwrap_or(ranks),
-        });
-    }
-    let avg_busbw = if rows.is_empty() {
-        0.0
-    } else {
-        round6(rows.iter().map(|r| r.busbw).sum::<f64>() / rows.len() as f64)
-    };
-    let out = Output {
-        format: "flashoverlap-collective",
-        version: 2,
-        op: op.name().into(),
-        algorithm: a.algorithm.clone(),
-        protocol: a.protocol.clone(),
-        ranks,
-        nodes: fabric.nodes,
-        hardware: hw.name.clone(),
-        rows,
-        avg_busbw,
-    };
+        Error::Config(e) => CliError::input(e),
+        Error::Build(e) => CliError::input(e),
+        Error::Run(e) => CliError::run(e),
+    })?;
     let text = match a.format {
-        Format::Json => {
-            let mut s = serde_json::to_string_pretty(&out).expect("output serializes");
-            s.push('\n');
-            s
-        }
-        Format::Csv => csv(&out),
-        Format::Table => table(&out, &hw.topology.to_string()),
+        Format::Json => out.json(),
+        Format::Csv => out.csv(),
+        Format::Table => out.table(),
     };
     if let Some(p) = &a.out {
         write_atomic(p, text.as_bytes(), a.force).map_err(CliError::output)?;
     }
     print!("{text}");
     Ok(())
-}
-
-/// The largest node NCCL's channel model is applied to (an NVL72 rack).
-pub const MAX_NCCL_NODE: u32 = 72;
-
-/// The most `--chunks` (a plan per chunk per channel would otherwise pass any limit).
-pub const MAX_CHUNKS: u32 = 4096;
-
-/// nccl-tests' count column: `paramcount`, the elements of the per-rank argument
-/// (all-gather and all-to-all: the send count, size / ranks; reduce-scatter: the receive
-/// count, size / ranks; all-reduce and sendrecv: the buffer).
-fn nccl_count(op: CollectiveOp, bytes: u64, ranks: u32, d: DType) -> u64 {
-    let elems = bytes / d.bytes();
-    match op {
-        CollectiveOp::AllGather | CollectiveOp::ReduceScatter | CollectiveOp::AllToAll => {
-            elems / ranks.max(1) as u64
-        }
-        CollectiveOp::AllReduce | CollectiveOp::SendRecv => elems,
-    }
-}
-
-fn csv(o: &Output) -> String {
-    let mut s = String::from(
-        "size_B,count,type,redop,time_us,algbw_GB/s,busbw_GB/s,algorithm,protocol,channels\n",
-    );
-    for r in &o.rows {
-        s.push_str(&format!(
-            "{},{},{},{},{},{},{},{},{},{}\n",
-            r.size_bytes,
-            r.count,
-            r.dtype,
-            r.redop,
-            r.time_us,
-            r.algbw,
-            r.busbw,
-            r.algorithm,
-            r.protocol,
-            r.channels
-        ));
-    }
-    s
-}
-
-/// The table's footer when some sizes ran as symmetric plans.
-fn symmetric_note(o: &Output) -> Option<String> {
-    let sym: Vec<u32> = o
-        .rows
-        .iter()
-        .filter(|r| r.simulated_ranks < o.ranks)
-        .map(|r| r.simulated_ranks)
-        .collect();
-    let &held = sym.first()?;
-    Some(format!(
-        "# {} of {} sizes simulated as symmetric plans: {} for all {} (the topology's rotation; exact). --symmetry off for full plans\n",
-        sym.len(),
-        o.rows.len(),
-        if held <= 1 {
-            "rank 0 stands".to_string()
-        } else {
-            format!("{} stand", crate::report::held_ranks(held))
-        },
-        o.ranks
-    ))
-}
-
-/// The table in nccl-tests' layout (same columns, widths and footer, so its parsers read
-/// it), with what ran (`algo/protocol/channels`) after the in-place columns. Simulated
-/// runs are not checked, so `#wrong` is `N/A` as in nccl-tests run with `-c 0`; in-place
-/// and out-of-place take the same time.
-fn table(o: &Output, topo: &str) -> String {
-    let mut s = format!(
-        "# flashoverlap collective: {} ({} algorithm, {} protocol), {} ranks on {} node(s) of {}\n\
-         # busbw = algbw x {} (nccl-tests' convention); times are simulated; NVLS and CollNet/SHARP are not modelled\n",
-        o.op,
-        o.algorithm,
-        o.protocol,
-        o.ranks,
-        o.nodes,
-        topo,
-        match o.op.as_str() {
-            "all-reduce" => "2(n-1)/n",
-            "sendrecv" => "1",
-            _ => "(n-1)/n",
-        }
-    );
-    s.push_str("#\n");
-    s.push_str(&format!(
-        "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}           out-of-place                       in-place          \n",
-        "", "", "", "", ""
-    ));
-    s.push_str(&format!(
-        "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {}\n",
-        "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
-        "busbw", "#wrong", "algo/proto/ch"
-    ));
-    s.push_str(&format!(
-        "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}\n",
-        "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
-        ""
-    ));
-    for r in &o.rows {
-        let body = format!(
-            "  {}  {}  {}    N/A",
-            fmt_width(r.time_us, 7),
-            fmt_width(r.algbw, 6),
-            fmt_width(r.busbw, 6)
-        );
-        s.push_str(&format!(
-            "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}{body}{body}  {}/{}/{}\n",
-            r.size_bytes, r.count, r.dtype, r.redop, -1, r.algorithm, r.protocol, r.channels
-        ));
-    }
-    s.push_str("# Out of bounds values : 0 OK\n");
-    s.push_str(&format!(
-        "# Avg bus bandwidth    : {} \n",
-        fmt_g(o.avg_busbw)
-    ));
-    s.push_str("#\n");
-    if let Some(note) = symmetric_note(o) {
-        s.push_str(&note);
-    }
-    s
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes_parse_like_nccl_tests() {
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert_eq!(parse_size("64KiB"), Ok(65536));
-        assert_eq!(parse_size("1M"), Ok(1 << 20));
-        assert_eq!(parse_size("1.5KB"), Ok(1500));
-        assert!(parse_size("1XB").is_err());
-        assert!(parse_size("0.5").is_err());
-        assert!(parse_size("2048GiB").is_ok());
-        assert!(parse_size("9999999TiB").is_err());
-        assert_eq!(
-            parse_sizes("1KiB:8KiB", 2),
-            Ok(vec![1024, 2048, 4096, 8192])
-        );
-        assert_eq!(parse_sizes("1K,3K", 2), Ok(vec![1024, 3072]));
-        assert!(parse_sizes("8K:1K", 2).is_err());
-        assert!(parse_sizes("1K:8K", 1).is_err());
-    }
-
-    #[test]
-    fn numbers_print_as_c_does() {
-        assert_eq!(fmt_g(95.3009), "95.3009");
-        assert_eq!(fmt_g(367.684321), "367.684");
-        assert_eq!(fmt_g(0.00123), "0.00123");
-        assert_eq!(fmt_g(1234567.0), "1.23457e+06");
-        assert_eq!(fmt_width(42127.04, 7), "42127.0");
-        assert_eq!(fmt_width(4.5, 7), "   4.50");
-        assert_eq!(fmt_width(1234567.0, 6), "   1e6");
-    }
 }

@@ -148,6 +148,7 @@ def simulate(
     scenario: str = "default",
     *,
     timelines: bool = False,
+    clocks: str = "burst",
     model: Optional[str] = None,
     hardware: Optional[str] = None,
     workload: Optional[str] = None,
@@ -170,7 +171,8 @@ def simulate(
     command's flags do (``tp`` is ``--tp``, ``strategies`` is ``--strategy``, ``sites``
     is ``--site`` as a dict, ``interference=False`` is ``--no-interference``). Paths in
     the scenario file resolve against its folder, paths given here against the working
-    directory. ``timelines=True`` also returns each strategy's timeline."""
+    directory. ``timelines=True`` also returns each strategy's timeline; ``clocks``:
+    ``"burst"`` (a rested GPU) or ``"sustained"`` (``--clocks sustained``)."""
     kwargs = dict(
         model=model,
         hardware=hardware,
@@ -189,7 +191,9 @@ def simulate(
         sites=sites,
         strategies=list(strategies) if isinstance(strategies, (list, tuple)) else strategies,
     )
-    doc = json.loads(_core.simulate(scenario, timelines, {k: v for k, v in kwargs.items() if v is not None}))
+    doc = json.loads(
+        _core.simulate(scenario, timelines, clocks, {k: v for k, v in kwargs.items() if v is not None})
+    )
     tl = {k: Timeline(v) for k, v in doc.get("timelines", {}).items()}
     return Results(doc["results"], tl)
 

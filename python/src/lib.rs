@@ -5,7 +5,6 @@
 #![forbid(unsafe_code)]
 
 use flashoverlap::config::{self, Overrides};
-use flashoverlap::exec::sim::SimOptions;
 use flashoverlap::timeline::Timeline;
 use flashoverlap::timeline::file::TimelineFile;
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyTypeError, PyValueError};
@@ -145,41 +144,51 @@ fn chain(e: &dyn std::error::Error) -> String {
 /// JSON of `{"results": <results.json>, "timelines": {strategy: <timeline file>}}`
 /// (timelines only when asked for).
 #[pyfunction]
-#[pyo3(signature = (scenario = "default", timelines = false, kwargs = None))]
+#[pyo3(signature = (scenario = "default", timelines = false, clocks = "burst", kwargs = None))]
 fn simulate(
     py: Python<'_>,
     scenario: &str,
     timelines: bool,
+    clocks: &str,
     kwargs: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<String> {
+    use flashoverlap::app::simulate::{self as app, Clocks};
     let o = overrides(kwargs)?;
+    let clocks = match clocks {
+        "burst" => Clocks::Burst,
+        "sustained" => Clocks::Sustained,
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "argument (clocks): `{other}` is not one of burst, sustained"
+            )));
+        }
+    };
     let label = |key: &str| {
         let arg = ARGUMENTS.iter().find(|a| a.1 == key).map_or(key, |a| a.0);
         format!("argument ({arg})")
     };
-    let (sc, _) = o
-        .scenario(scenario, &label)
-        .map_err(|e| PyValueError::new_err(chain(&e)))?;
-    let opts = SimOptions {
-        record_links: true,
-        ..SimOptions::default()
-    };
-    let run = py
-        .detach(|| flashoverlap::simulate::run_scenario(&sc, &opts))
+    let (sc, _) = app::scenario(scenario, &o, clocks, &label).map_err(|e| match e {
+        app::Error::NoSustainedClocks { .. } => {
+            PyValueError::new_err(format!("argument (clocks): `sustained`: {e}"))
+        }
+        e => PyValueError::new_err(chain(&e)),
+    })?;
+    let sim = py
+        .detach(|| app::run(sc, &app::Options::default()))
         .map_err(|e| PyRuntimeError::new_err(chain(&e)))?;
     // results.json as the command writes it (its key order kept), then the timelines.
-    let err = |e: serde_json::Error| PyRuntimeError::new_err(e.to_string());
-    let mut doc = format!("{{\"results\": {}", flashoverlap::report::json(&sc, &run));
+    let mut doc = format!("{{\"results\": {}", sim.json());
     if timelines {
         doc.push_str(", \"timelines\": {");
-        for (i, r) in run.runs.iter().enumerate() {
-            let tf = TimelineFile::from(&r.timeline);
+        for (i, (r, (_, file))) in sim.run.runs.iter().zip(sim.timeline_files()).enumerate() {
             if i > 0 {
                 doc.push_str(", ");
             }
-            doc.push_str(&serde_json::to_string(&r.strategy.to_string()).map_err(err)?);
+            let name = serde_json::to_string(&r.strategy.to_string())
+                .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+            doc.push_str(&name);
             doc.push_str(": ");
-            doc.push_str(&serde_json::to_string(&tf).map_err(err)?);
+            doc.push_str(file.trim_end());
         }
         doc.push('}');
     }

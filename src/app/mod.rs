@@ -5,3 +5,4 @@
 //! nccl-tests table) lives here too, so every front end writes the same bytes.
 
 pub mod collective;
+pub mod simulate;

@@ -1,10 +1,9 @@
 use super::{CliError, parse_count};
+use crate::app::simulate as app;
 use crate::config;
 use crate::exec::sim::SimOptions;
 use crate::io::write_atomic;
 use crate::scenario::Scenario;
-use crate::timeline::file::TimelineFile;
-use crate::{report, simulate, trace};
 use std::path::PathBuf;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -220,23 +219,17 @@ pub fn scenario_and_file(
         sites,
         strategies: (!a.strategies.is_empty()).then(|| a.strategies.clone()),
     };
-    let (mut sc, f) = o
-        .scenario(&a.scenario, &|key| {
-            format!("command line ({})", flag_of(key))
-        })
-        .map_err(CliError::input)?;
-    if a.clocks == Clocks::Sustained {
-        let hw = &mut sc.hardware;
-        hw.gpu = hw.gpu.at_sustained_clocks().ok_or_else(|| {
-            CliError::input(format!(
-                "--clocks sustained: hardware profile `{}` has no gpu.sustained_gemm_slowdown \
-                 (`flashoverlap calibrate` measures it)",
-                hw.name
-            ))
-        })?;
-        hw.name = format!("{} at sustained clocks", hw.name);
-    }
-    Ok((sc, f))
+    let clocks = match a.clocks {
+        Clocks::Burst => app::Clocks::Burst,
+        Clocks::Sustained => app::Clocks::Sustained,
+    };
+    app::scenario(&a.scenario, &o, clocks, &|key| {
+        format!("command line ({})", flag_of(key))
+    })
+    .map_err(|e| match e {
+        app::Error::NoSustainedClocks { .. } => CliError::input(format!("--clocks sustained: {e}")),
+        e => CliError::input(e),
+    })
 }
 
 /// Which clocks a prediction assumes (see `--clocks`).
@@ -244,10 +237,6 @@ pub fn scenario_and_file(
 pub enum Clocks {
     Burst,
     Sustained,
-}
-
-fn file_stem(strategy: &str) -> String {
-    strategy.replace(':', "-")
 }
 
 pub fn run(a: Args) -> Result<(), CliError> {
@@ -259,30 +248,20 @@ pub fn run(a: Args) -> Result<(), CliError> {
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| CliError::input(format!("--straggler: {e}")))?;
     let jitter = jitter_params(&a, &sc)?;
-    let opts = SimOptions {
-        record_links: true,
+    let samples = jitter.map(|p| (p, a.samples, a.seed));
+    let opts = app::Options {
         max_events: a.max_events,
         stragglers,
-        ..SimOptions::default()
+        samples,
     };
-    let mut run = simulate::run_scenario(&sc, &opts).map_err(CliError::run)?;
-    if let Some(p) = &jitter {
-        run.sampling = Some(
-            simulate::sample_scenario(&sc, &opts, p, a.samples, a.seed).map_err(CliError::run)?,
-        );
-    }
-    let table = report::table(&sc, &run);
-    let json = report::json(&sc, &run);
-    let timelines: Vec<_> = run.runs.iter().map(|r| &r.timeline).collect();
-    let trace_json =
-        (a.trace.is_some() || a.out.is_some()).then(|| trace::chrome_trace(&timelines));
+    let sim = app::run(sc, &opts).map_err(|e| match e {
+        app::Error::Run(e) => CliError::run(e),
+        e => CliError::input(e),
+    })?;
+    let table = sim.table();
+    let json = sim.json();
     if let Some(path) = &a.trace {
-        write_atomic(
-            path,
-            trace_json.as_deref().unwrap_or_default().as_bytes(),
-            a.force,
-        )
-        .map_err(CliError::output)?;
+        write_atomic(path, sim.trace().as_bytes(), a.force).map_err(CliError::output)?;
     }
     if let Some(dir) = &a.out {
         std::fs::create_dir_all(dir).map_err(|source| {
@@ -291,29 +270,13 @@ pub fn run(a: Args) -> Result<(), CliError> {
                 source,
             })
         })?;
-        let mut files = vec![
-            ("results.json".to_string(), json.clone()),
-            ("table.txt".to_string(), table.clone()),
-            (
-                "trace.json".to_string(),
-                trace_json.clone().unwrap_or_default(),
-            ),
-        ];
-        for r in &run.runs {
-            let tf = TimelineFile::from(&r.timeline);
-            let mut s = serde_json::to_string(&tf).expect("timeline serializes");
-            s.push('\n');
-            files.push((
-                format!("timeline-{}.json", file_stem(&r.strategy.to_string())),
-                s,
-            ));
-        }
-        for (name, body) in files {
+        for (name, body) in sim.out_files() {
             write_atomic(&dir.join(name), body.as_bytes(), a.force).map_err(CliError::output)?;
         }
     }
     if let Some(path) = &a.plot {
         let title = table.lines().next().unwrap_or("timeline").to_string();
+        let timelines: Vec<_> = sim.run.runs.iter().map(|r| &r.timeline).collect();
         super::plot::simulate_plot(path, &title, &timelines, a.force)?;
     }
     match a.format {

@@ -442,9 +442,9 @@ pub enum Workload {
 
 impl Workload {
     pub const ALL: [Workload; 5] = [
+        Workload::Mlp,
         Workload::AgGemm,
         Workload::GemmRs,
-        Workload::Mlp,
         Workload::Layer,
         Workload::Step,
     ];
@@ -461,6 +461,11 @@ impl Workload {
 
     pub fn parse(s: &str) -> Option<Workload> {
         Workload::ALL.into_iter().find(|w| w.name() == s)
+    }
+
+    /// Every workload's name, comma-separated (errors and help list them from here).
+    pub fn names() -> String {
+        Workload::ALL.map(Workload::name).join(", ")
     }
 }
 
@@ -506,6 +511,25 @@ pub enum Strategy {
 }
 
 impl Strategy {
+    /// Every strategy's name (`chunked:K` for the chunked family), in the order help and
+    /// errors list them.
+    pub const NAMES: [&'static str; 9] = [
+        "sequential",
+        "chunked:K",
+        "flash",
+        "direct",
+        "permute-loop",
+        "permute-loop-bidir",
+        "query-split",
+        "bulk",
+        "flash-a2a",
+    ];
+
+    /// [`Strategy::NAMES`], comma-separated.
+    pub fn names() -> String {
+        Strategy::NAMES.join(", ")
+    }
+
     pub fn parse(s: &str) -> Result<Strategy, String> {
         match s.trim() {
             "sequential" => Ok(Strategy::Sequential),
@@ -528,7 +552,8 @@ impl Strategy {
                     Err("`chunked` needs a chunk count, e.g. chunked:4".into())
                 } else {
                     Err(format!(
-                        "unknown strategy `{other}` (known: sequential, chunked:K, flash, direct, permute-loop, permute-loop-bidir, query-split, bulk, flash-a2a)"
+                        "unknown strategy `{other}` (known: {})",
+                        Strategy::names()
                     ))
                 }
             }

@@ -74,9 +74,8 @@ pub enum Command {
 /// The completion script of `shell`, generated from the command definition (so every
 /// subcommand and option is in it), on stdout.
 fn completions(shell: clap_complete::Shell) -> Result<(), CliError> {
-    use clap::CommandFactory;
     let mut script = Vec::new();
-    clap_complete::generate(shell, &mut Cli::command(), "flashoverlap", &mut script);
+    clap_complete::generate(shell, &mut command(), "flashoverlap", &mut script);
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     out.write_all(&script)
@@ -117,8 +116,46 @@ impl CliError {
     }
 }
 
+/// The command definition, with the lists of strategies and workloads in the help
+/// generated from the one list each (`Strategy::NAMES`, `Workload::ALL`) that parsing
+/// and errors use too.
+pub fn command() -> clap::Command {
+    use crate::scenario::{Strategy, Workload};
+    use clap::CommandFactory;
+    let strategies = format!(
+        "Strategies to compare, comma-separated: {}",
+        Strategy::names()
+    );
+    let workload = format!(
+        "Workload: {} (layer: one transformer layer, forward and backward; step: every layer and the LM head, forward and backward)",
+        Workload::names()
+    );
+    let sweep_strategies = format!(
+        "Strategies (innermost axis; default: the base scenario's): {}; `chunked:2..16` ranges the chunk count",
+        Strategy::names()
+    );
+    let sweep_workloads = format!("Workloads: {}", Workload::names());
+    Cli::command()
+        .mut_subcommand("simulate", |c| {
+            c.mut_arg("strategies", |a| a.help(strategies.clone()))
+                .mut_arg("workload", |a| a.help(workload.clone()))
+        })
+        .mut_subcommand("run", |c| {
+            c.mut_arg("strategies", |a| a.help(strategies.clone()))
+                .mut_arg("workload", |a| a.help(workload.clone()))
+        })
+        .mut_subcommand("sweep", |c| {
+            c.mut_arg("strategy", |a| a.help(sweep_strategies.clone()))
+                .mut_arg("workload", |a| a.help(sweep_workloads.clone()))
+        })
+}
+
 pub fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    use clap::FromArgMatches;
+    let parsed = command()
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m));
+    let cli = match parsed {
         Ok(c) => c,
         Err(e) => {
             let code = if e.use_stderr() { exit::INPUT } else { 0 };
@@ -160,8 +197,26 @@ mod tests {
     /// `requires`), which otherwise fire only when a debug build parses that command.
     #[test]
     fn cli_definition_is_consistent() {
-        use clap::CommandFactory;
-        Cli::command().debug_assert();
+        command().debug_assert();
+    }
+
+    /// The help lists every strategy and workload, from the lists parsing uses.
+    #[test]
+    fn help_lists_every_strategy_and_workload() {
+        let mut c = command();
+        for sub in ["simulate", "run", "sweep"] {
+            let help = c
+                .find_subcommand_mut(sub)
+                .unwrap()
+                .render_long_help()
+                .to_string();
+            for s in crate::scenario::Strategy::NAMES {
+                assert!(help.contains(s), "{sub}: {s}");
+            }
+            for w in crate::scenario::Workload::ALL {
+                assert!(help.contains(w.name()), "{sub}: {}", w.name());
+            }
+        }
     }
 }
 

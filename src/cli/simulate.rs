@@ -23,8 +23,7 @@ pub struct Args {
     /// Hardware profile name or TOML file (overrides the scenario's).
     #[arg(long)]
     pub hardware: Option<String>,
-    /// Workload: mlp, ag-gemm, gemm-rs, layer (one transformer layer, forward and
-    /// backward) or step (every layer and the LM head, forward and backward).
+    /// Workload (the list: `cli::command`, from `Workload::ALL`).
     #[arg(long)]
     pub workload: Option<String>,
     /// Tensor-parallel degree.
@@ -56,8 +55,7 @@ pub struct Args {
     /// fc1, fc2, head, or fwd./bwd. one of them), overriding each compared strategy there.
     #[arg(long = "site", value_name = "SITE=STRATEGY")]
     pub sites: Vec<String>,
-    /// Strategies to compare, comma-separated: sequential, chunked:K, flash, direct,
-    /// permute-loop.
+    /// Strategies to compare (the list: `cli::command`, from `Strategy::NAMES`).
     #[arg(long = "strategy", value_delimiter = ',')]
     pub strategies: Vec<String>,
     /// How transfers move: `nccl` (send/recv kernels that hold SMs) or `copy` (copy

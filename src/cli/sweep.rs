@@ -74,7 +74,7 @@ pub struct RunArgs {
     /// Hardware profiles (presets or TOML files).
     #[arg(long)]
     pub hardware: Option<String>,
-    /// Workloads: mlp, ag-gemm, gemm-rs.
+    /// Workloads (the list: `cli::command`, from `Workload::ALL`).
     #[arg(long)]
     pub workload: Option<String>,
     /// Node counts of a multi-node profile.
@@ -107,7 +107,7 @@ pub struct RunArgs {
     /// Any other scenario field: `--set FIELD=V1,V2` (repeatable), e.g. parallel.sp=true.
     #[arg(long = "set", value_name = "FIELD=VALUES")]
     pub set: Vec<String>,
-    /// Strategies (innermost axis); default: the base scenario's.
+    /// Strategies (the list: `cli::command`, from `Strategy::NAMES`).
     #[arg(long = "strategy")]
     pub strategy: Option<String>,
     /// Directory for sweep.csv, sweep.json and summary.txt (and, while running, the

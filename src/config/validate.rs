@@ -609,7 +609,7 @@ pub fn scenario_from_file(
             &at("workload"),
             "workload",
             &s.workload,
-            "unknown workload (known: mlp, ag-gemm, gemm-rs, layer, step)",
+            format!("unknown workload (known: {})", Workload::names()),
         )
     })?;
     let p = &s.parallel;

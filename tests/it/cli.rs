@@ -638,3 +638,79 @@ fn completions_cover_every_subcommand() {
         );
     }
 }
+
+/// Every `flashoverlap …` line of the README's shell blocks runs as written (from a
+/// scratch directory holding the repository's models/, scenarios/, sweeps/ and
+/// hardware-profiles/, in README order, so `--out run/` exists for `plot timeline run/`),
+/// but for those that need a GPU and those that take minutes in a debug build, which
+/// the test names as it skips them.
+#[test]
+fn readme_examples_run_as_written() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let mut cmds = Vec::new();
+    for block in readme.split("```sh\n").skip(1) {
+        let block = block.split("```").next().unwrap();
+        let mut cur = String::new();
+        for line in block.lines() {
+            if line.trim_start().starts_with('#') {
+                continue;
+            }
+            // A comment after two or more spaces ends the command.
+            let code = line.split("  #").next().unwrap().trim_end();
+            if let Some(c) = code.strip_suffix('\\') {
+                cur.push_str(c);
+                cur.push(' ');
+                continue;
+            }
+            cur.push_str(code);
+            if cur.trim_start().starts_with("flashoverlap ") {
+                cmds.push(cur.trim().to_string());
+            }
+            cur.clear();
+        }
+    }
+    assert!(cmds.len() > 30, "{cmds:?}");
+    // GPU subcommands, and runs too long for a debug build (the 1024-GPU step, the
+    // 16384-rank ring, the 4-node 1 KiB..8 GiB sweep, 200 jitter samples, bench).
+    let skip = [
+        "flashoverlap run ",
+        "flashoverlap calibrate ",
+        "flashoverlap validate ",
+        "flashoverlap bench",
+        "--nodes 128",
+        "--gpus 16384",
+        "--nodes 4 --sizes 1KiB:8GiB",
+        "--samples 200",
+    ];
+    let d = tempfile::tempdir().unwrap();
+    for dir in ["models", "scenarios", "sweeps", "hardware-profiles"] {
+        std::os::unix::fs::symlink(root.join(dir), d.path().join(dir)).unwrap();
+    }
+    let exe = env!("CARGO_BIN_EXE_flashoverlap");
+    let (mut ran, mut skipped) = (0, Vec::new());
+    for c in &cmds {
+        if skip.iter().any(|s| c.contains(s)) {
+            skipped.push(c.clone());
+            continue;
+        }
+        let line = c.replacen("flashoverlap", exe, 1);
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(&line)
+            .current_dir(d.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "README example failed: {c}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        ran += 1;
+    }
+    eprintln!(
+        "ran {ran} README examples; skipped {} (GPU or long): {skipped:?}",
+        skipped.len()
+    );
+    assert!(ran >= 25, "{ran}");
+}

@@ -6,3 +6,4 @@
 
 pub mod collective;
 pub mod simulate;
+pub mod sweep;

@@ -1,18 +1,13 @@
-//! `flashoverlap sweep`: a grid of scenario points run in parallel (rayon), with a
-//! progress bar (indicatif), CSV/JSON/summary outputs, a journal to resume from, shards,
-//! and `sweep merge`.
+//! `flashoverlap sweep`: the flags of [`crate::app::sweep`]'s request (the grid's axes,
+//! shards, threads, the output folder), a progress bar (indicatif), and the output
+//! printed as a summary, CSV or JSON.
 
 use super::{CliError, parse_count};
-use crate::io::{OutputError, write_atomic};
-use crate::sweep::{
-    self, Grid, GridSpec, Row, RunOptions, Shard, SweepError, SweepFile, output::GridInfo,
-};
+use crate::app::sweep as app;
+use crate::sweep::{self, GridSpec, RunOptions, Shard, SweepError, SweepFile};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use rayon::prelude::*;
-use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::io::IsTerminal;
+use std::path::PathBuf;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -198,78 +193,6 @@ fn grid_spec(a: &RunArgs) -> Result<GridSpec, CliError> {
     Ok(spec)
 }
 
-struct Paths {
-    csv: PathBuf,
-    json: PathBuf,
-    summary: PathBuf,
-    journal: PathBuf,
-}
-
-impl Paths {
-    fn of(dir: &Path) -> Paths {
-        Paths {
-            csv: dir.join("sweep.csv"),
-            json: dir.join("sweep.json"),
-            summary: dir.join("summary.txt"),
-            journal: dir.join("sweep.partial.jsonl"),
-        }
-    }
-}
-
-fn write_err(path: &Path, source: std::io::Error) -> CliError {
-    CliError::output(OutputError::Write {
-        path: path.display().to_string(),
-        source,
-    })
-}
-
-/// The journal's first line: which grid and shard its rows belong to.
-#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-struct JournalHeader {
-    format: String,
-    grid: GridInfo,
-    shard: Option<Shard>,
-}
-
-const JOURNAL: &str = "flashoverlap-sweep-journal";
-
-/// Rows of the points a journal holds; a last line cut short by an interruption (no
-/// newline at its end) is dropped, and its point runs again.
-fn read_journal(path: &Path, want: &JournalHeader) -> Result<Vec<Row>, CliError> {
-    let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| CliError::input(format!("--resume: cannot read {shown}: {e}")))?;
-    let complete = text.ends_with('\n');
-    let lines: Vec<&str> = text.lines().collect();
-    let Some(first) = lines.first() else {
-        return Ok(Vec::new());
-    };
-    let header: JournalHeader = serde_json::from_str(first).map_err(|e| {
-        CliError::input(format!(
-            "--resume: {shown}: line 1 is not a sweep journal header: {e}"
-        ))
-    })?;
-    if &header != want {
-        return Err(CliError::input(format!(
-            "--resume: {shown} belongs to another grid or shard; rerun with the same fields, or --force to start over"
-        )));
-    }
-    let mut rows = Vec::new();
-    for (n, l) in lines.iter().enumerate().skip(1) {
-        match serde_json::from_str::<Vec<Row>>(l) {
-            Ok(r) => rows.extend(r),
-            Err(_) if n + 1 == lines.len() && !complete => break,
-            Err(e) => {
-                return Err(CliError::input(format!(
-                    "--resume: {shown}: line {} is corrupt: {e}",
-                    n + 1
-                )));
-            }
-        }
-    }
-    Ok(rows)
-}
-
 fn progress(total: u64, quiet: bool) -> ProgressBar {
     if quiet || !std::io::stderr().is_terminal() {
         return ProgressBar::hidden();
@@ -299,18 +222,6 @@ fn emit(format: Format, f: &SweepFile, summary: &str) {
     }
 }
 
-fn write_outputs(dir: &Path, f: &SweepFile, summary: &str, force: bool) -> Result<(), CliError> {
-    let p = Paths::of(dir);
-    for (path, body) in [
-        (&p.csv, sweep::csv(f)),
-        (&p.json, sweep::json(f)),
-        (&p.summary, summary.to_string()),
-    ] {
-        write_atomic(path, body.as_bytes(), force).map_err(CliError::output)?;
-    }
-    Ok(())
-}
-
 pub fn run(a: Args) -> Result<(), CliError> {
     match a.command {
         Some(SubCommand::Merge(m)) => merge(m),
@@ -318,8 +229,34 @@ pub fn run(a: Args) -> Result<(), CliError> {
     }
 }
 
+/// The progress bar (indicatif) on a terminal, nothing otherwise.
+struct Bar(ProgressBar, bool);
+
+impl app::Progress for Bar {
+    fn start(&self, total: u64, done: u64) {
+        if !self.1 {
+            self.0.set_length(total);
+            self.0.set_position(done);
+        }
+    }
+    fn inc(&self) {
+        self.0.inc(1);
+    }
+    fn finish(&self) {
+        self.0.finish_and_clear();
+    }
+}
+
+fn from_app(e: app::Error) -> CliError {
+    match e {
+        app::Error::Input(e) => CliError::input(e),
+        app::Error::Output(e) => CliError::output(e),
+        app::Error::Run(e) => CliError::run(e),
+    }
+}
+
 fn run_sweep(a: RunArgs) -> Result<(), CliError> {
-    let grid = Grid::new(&grid_spec(&a)?).map_err(input)?;
+    let spec = grid_spec(&a)?;
     let shard = a
         .shard
         .as_deref()
@@ -331,170 +268,29 @@ fn run_sweep(a: RunArgs) -> Result<(), CliError> {
         Some(n) => n as usize,
         None => 0,
     };
-    let info = GridInfo::from(&grid);
-    let header = JournalHeader {
-        format: JOURNAL.into(),
-        grid: info.clone(),
+    let req = app::Request {
+        spec,
         shard,
+        threads,
+        out: a.out.clone(),
+        resume: a.resume,
+        force: a.force,
+        options: RunOptions {
+            max_events: a.max_events,
+            skip_invalid: a.skip_invalid,
+        },
+        halt_after: a.halt_after,
+        group_by: a.group_by.clone(),
     };
-    let mut done: Vec<Row> = Vec::new();
-    let mut journal: Option<std::fs::File> = None;
-    if let Some(dir) = &a.out {
-        std::fs::create_dir_all(dir).map_err(|e| write_err(dir, e))?;
-        let p = Paths::of(dir);
-        let resuming = a.resume && p.journal.exists();
-        if a.resume && !p.journal.exists() && p.json.exists() {
-            // Finished before: nothing to resume; the outputs stand.
-            let text = std::fs::read_to_string(&p.json).map_err(|e| write_err(&p.json, e))?;
-            let f =
-                SweepFile::parse(&p.json.display().to_string(), &text).map_err(CliError::input)?;
-            if f.grid != info || f.shard != shard {
-                return Err(CliError::input(format!(
-                    "--resume: {} is a finished sweep of another grid or shard",
-                    p.json.display()
-                )));
-            }
-            let summary = sweep::summary(&f, a.group_by.as_deref());
-            emit(a.format, &f, &summary);
-            return Ok(());
-        }
-        if !a.force && !resuming {
-            for path in [&p.csv, &p.json, &p.summary, &p.journal] {
-                if path.exists() {
-                    let hint = if path == &p.journal {
-                        "a partial sweep is there; pass --resume to continue it or --force to start over"
-                    } else {
-                        "pass --force to overwrite it"
-                    };
-                    return Err(CliError::output(format!(
-                        "{} exists; {hint}",
-                        path.display()
-                    )));
-                }
-            }
-        }
-        if resuming {
-            done = read_journal(&p.journal, &header)?;
-            // Rewrite the journal without a cut-short last line before appending.
-            let mut body = serde_json::to_string(&header).expect("header serializes") + "\n";
-            let s = grid.strategies.len();
-            for chunk in done.chunks(s) {
-                body += &serde_json::to_string(chunk).expect("rows serialize");
-                body.push('\n');
-            }
-            write_atomic(&p.journal, body.as_bytes(), true).map_err(CliError::output)?;
-        } else {
-            let body = serde_json::to_string(&header).expect("header serializes") + "\n";
-            write_atomic(&p.journal, body.as_bytes(), true).map_err(CliError::output)?;
-        }
-        journal = Some(
-            std::fs::OpenOptions::new()
-                .append(true)
-                .open(&p.journal)
-                .map_err(|e| write_err(&p.journal, e))?,
-        );
-    }
-    let s = grid.strategies.len() as u64;
-    let have: std::collections::BTreeSet<u64> = done.iter().map(|r| r.point / s).collect();
-    let todo: Vec<u64> = (0..grid.points())
-        .filter(|p| shard.is_none_or(|sh| sh.holds(*p)) && !have.contains(p))
-        .collect();
-    let total = (0..grid.points())
-        .filter(|p| shard.is_none_or(|sh| sh.holds(*p)))
-        .count() as u64;
-    let pb = progress(total, a.quiet);
-    pb.set_position(have.len() as u64);
-    let opts = RunOptions {
-        max_events: a.max_events,
-        skip_invalid: a.skip_invalid,
-    };
-    let journal = Mutex::new(journal);
-    let stop = AtomicBool::new(false);
-    let finished = AtomicU64::new(0);
-    let journal_path = a.out.as_deref().map(|d| Paths::of(d).journal);
-    let work = |p: u64| -> Option<Result<Vec<Row>, CliError>> {
-        if stop.load(Ordering::Relaxed) {
-            return None;
-        }
-        let rows = match sweep::run_point(&grid, p, &opts) {
-            Ok(r) => r,
-            Err(e) => {
-                stop.store(true, Ordering::Relaxed);
-                return Some(Err(CliError::run(e)));
-            }
-        };
-        let mut j = journal.lock().unwrap_or_else(|e| e.into_inner());
-        if let (Some(f), Some(path)) = (j.as_mut(), &journal_path) {
-            let mut line = serde_json::to_string(&rows).expect("rows serialize");
-            line.push('\n');
-            if let Err(e) = f.write_all(line.as_bytes()).and_then(|()| f.flush()) {
-                stop.store(true, Ordering::Relaxed);
-                return Some(Err(write_err(path, e)));
-            }
-        }
-        drop(j);
-        pb.inc(1);
-        let n = finished.fetch_add(1, Ordering::Relaxed) + 1;
-        if a.halt_after.is_some_and(|h| n >= h) {
-            stop.store(true, Ordering::Relaxed);
-        }
-        Some(Ok(rows))
-    };
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .map_err(|e| CliError::run(format!("cannot start worker threads: {e}")))?;
-    let results: Vec<Option<Result<Vec<Row>, CliError>>> =
-        pool.install(|| todo.par_iter().map(|&p| work(p)).collect());
-    pb.finish_and_clear();
-    let mut rows = done;
-    let mut halted = false;
-    for r in results {
-        match r {
-            // Results are in point order: the first error is the lowest failing point
-            // among those that ran.
-            Some(Err(e)) => return Err(e),
-            Some(Ok(r)) => rows.extend(r),
-            None => halted = true,
-        }
-    }
-    if halted {
-        return Err(CliError::run(format!(
-            "sweep halted after {} points (--halt-after); continue with --resume",
-            finished.load(Ordering::Relaxed)
-        )));
-    }
-    let f = SweepFile::new(&info, grid.rows(), shard, rows);
-    let summary = sweep::summary(&f, a.group_by.as_deref());
-    if let Some(dir) = &a.out {
-        let p = Paths::of(dir);
-        write_outputs(dir, &f, &summary, true)?;
-        std::fs::remove_file(&p.journal).map_err(|e| write_err(&p.journal, e))?;
-    }
-    emit(a.format, &f, &summary);
+    let hidden = a.quiet || !std::io::stderr().is_terminal();
+    let bar = Bar(progress(0, hidden), hidden);
+    let s = app::run(&req, &bar).map_err(from_app)?;
+    emit(a.format, &s.file, &s.summary);
     Ok(())
 }
 
 fn merge(m: MergeArgs) -> Result<(), CliError> {
-    let mut files = Vec::with_capacity(m.inputs.len());
-    for p in &m.inputs {
-        let path = if p.is_dir() {
-            p.join("sweep.json")
-        } else {
-            p.clone()
-        };
-        let shown = path.display().to_string();
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| CliError::input(format!("cannot read {shown}: {e}")))?;
-        files.push((
-            shown.clone(),
-            SweepFile::parse(&shown, &text).map_err(CliError::input)?,
-        ));
-    }
-    let f = sweep::merge(files).map_err(CliError::input)?;
-    std::fs::create_dir_all(&m.out).map_err(|e| write_err(&m.out, e))?;
-    let summary = sweep::summary(&f, m.group_by.as_deref());
-    write_outputs(&m.out, &f, &summary, m.force)?;
-    emit(m.format, &f, &summary);
+    let s = app::merge(&m.inputs, &m.out, m.force, m.group_by.as_deref()).map_err(from_app)?;
+    emit(m.format, &s.file, &s.summary);
     Ok(())
 }

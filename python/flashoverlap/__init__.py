@@ -25,6 +25,8 @@ __all__ = [
     "Timeline",
     "arguments",
     "collective",
+    "sweep",
+    "Sweep",
     "load_timeline",
     "presets",
     "simulate",
@@ -250,6 +252,72 @@ def collective(
         )
     )
     return Collective(doc["output"], doc["table"])
+
+
+class Sweep:
+    """What ``sweep`` returns: one row per (point, strategy) as the command's
+    ``sweep.json`` has them (``point``, ``axes``, ``inputs``, ``strategy``, ``metrics``
+    under ``FIGURES``' names, ``error``), the summary it prints, and ``csv``, its
+    ``sweep.csv``."""
+
+    def __init__(self, document: Dict[str, Any], csv: str, summary: str):
+        self.document = document
+        self.rows: List[Dict[str, Any]] = document["rows"]
+        self.csv = csv
+        self.summary = summary
+
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
+        return iter(self.rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __repr__(self) -> str:
+        return f"<Sweep: {len(self.rows)} rows>"
+
+    def to_pandas(self) -> Any:
+        """The rows as ``sweep.csv`` has them (one column per swept field, input and
+        figure)."""
+        import io
+
+        return _pandas().read_csv(io.StringIO(self.csv))
+
+
+def sweep(
+    scenario: str = "default",
+    *,
+    grid: Optional[str] = None,
+    out: Optional[str] = None,
+    threads: int = 0,
+    resume: bool = False,
+    force: bool = False,
+    skip_invalid: bool = False,
+    shard: Optional[str] = None,
+    group_by: Optional[Sequence[str]] = None,
+    **axes: Any,
+) -> Sweep:
+    """Simulate a grid of scenario points, as ``flashoverlap sweep`` does: each keyword
+    in ``axes`` is a field (``tp``, ``seq``, ``strategy``, ``hardware``, or any scenario
+    key as ``parallel__sp`` for ``parallel.sp``) with a value or a list of values, in
+    the command's forms (``seq=["1k", "4k..16k*2"]``, ``strategy="sequential,chunked:2..8*2"``).
+    ``grid`` reads a sweep file; ``out`` writes the command's files there (and
+    ``resume`` continues an interrupted sweep in it)."""
+    fields = {k.replace("__", "."): v for k, v in axes.items()}
+    doc = json.loads(
+        _core.sweep(
+            scenario,
+            None if grid is None else str(grid),
+            None if out is None else str(out),
+            threads,
+            resume,
+            force,
+            skip_invalid,
+            shard,
+            None if group_by is None else list(group_by),
+            fields,
+        )
+    )
+    return Sweep(doc["sweep"], doc["csv"], doc["summary"])
 
 
 def load_timeline(path: str) -> Timeline:

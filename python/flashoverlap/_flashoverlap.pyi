@@ -23,6 +23,18 @@ def collective(
     dtype: str = ...,
     symmetry: bool = ...,
 ) -> str: ...
+def sweep(
+    scenario: str = ...,
+    grid: Optional[str] = ...,
+    out: Optional[str] = ...,
+    threads: int = ...,
+    resume: bool = ...,
+    force: bool = ...,
+    skip_invalid: bool = ...,
+    shard: Optional[str] = ...,
+    group_by: Optional[List[str]] = ...,
+    axes: Optional[Dict[str, Any]] = ...,
+) -> str: ...
 def presets() -> List[Tuple[str, str]]: ...
 def figures() -> List[str]: ...
 def arguments() -> List[str]: ...

@@ -293,6 +293,116 @@ fn collective(
     ))
 }
 
+/// A value of a sweep axis as the command line writes it: a list joined by commas, a
+/// bool as true/false, anything else as its str().
+fn axis_values(arg: &str, v: &Bound<'_, PyAny>) -> PyResult<String> {
+    let one = |x: &Bound<'_, PyAny>| -> PyResult<String> {
+        if let Ok(b) = x.cast::<pyo3::types::PyBool>() {
+            return Ok(if b.is_true() { "true" } else { "false" }.to_string());
+        }
+        if x.is_instance_of::<PyList>() || x.is_instance_of::<pyo3::types::PyTuple>() {
+            return Err(type_error(arg, "a value or a flat list of values", x));
+        }
+        Ok(x.str()?.to_string())
+    };
+    if let Ok(list) = v.cast::<PyList>() {
+        let parts: PyResult<Vec<String>> = list.iter().map(|x| one(&x)).collect();
+        return Ok(parts?.join(","));
+    }
+    if let Ok(t) = v.cast::<pyo3::types::PyTuple>() {
+        let parts: PyResult<Vec<String>> = t.iter().map(|x| one(&x)).collect();
+        return Ok(parts?.join(","));
+    }
+    one(v)
+}
+
+/// A grid of scenario points (`flashoverlap sweep`): `axes` maps a field (`tp`,
+/// `parallel.tp`, `strategy`, any scenario key) to its values. JSON of `{"sweep": <the
+/// command's sweep.json>, "csv": <its sweep.csv>, "summary": <its summary>}`.
+#[pyfunction]
+#[pyo3(signature = (
+    scenario = "default",
+    grid = None,
+    out = None,
+    threads = 0,
+    resume = false,
+    force = false,
+    skip_invalid = false,
+    shard = None,
+    group_by = None,
+    axes = None
+))]
+#[allow(clippy::too_many_arguments)]
+fn sweep(
+    py: Python<'_>,
+    scenario: &str,
+    grid: Option<&str>,
+    out: Option<&str>,
+    threads: usize,
+    resume: bool,
+    force: bool,
+    skip_invalid: bool,
+    shard: Option<&str>,
+    group_by: Option<Vec<String>>,
+    axes: Option<&Bound<'_, PyDict>>,
+) -> PyResult<String> {
+    use flashoverlap::app::sweep::{self as app, Error};
+    use flashoverlap::sweep::{GridSpec, RunOptions, Shard};
+    let bad = |arg: &str, msg: String| PyValueError::new_err(format!("argument ({arg}): {msg}"));
+    let mut spec = match grid {
+        Some(p) => GridSpec::from_file(std::path::Path::new(p))
+            .map_err(|e| PyValueError::new_err(chain(&e)))?,
+        None => GridSpec {
+            scenario: scenario.to_string(),
+            dir: None,
+            axes: Vec::new(),
+        },
+    };
+    if grid.is_some() && scenario != "default" {
+        spec.scenario = scenario.to_string();
+    }
+    if let Some(a) = axes {
+        for (k, v) in a.iter() {
+            let key = text("an axis", &k)?;
+            if v.is_none() {
+                continue;
+            }
+            let values = axis_values(&key, &v)?;
+            spec.set_axis(&key, vec![values]);
+        }
+    }
+    let shard = shard
+        .map(Shard::parse)
+        .transpose()
+        .map_err(|e| bad("shard", e.to_string()))?;
+    let req = app::Request {
+        spec,
+        shard,
+        threads,
+        out: out.map(std::path::PathBuf::from),
+        resume,
+        force,
+        options: RunOptions {
+            max_events: flashoverlap::exec::sim::SimOptions::default().max_events,
+            skip_invalid,
+        },
+        halt_after: None,
+        group_by,
+    };
+    let s = py.detach(|| app::run(&req, &())).map_err(|e| match e {
+        Error::Input(_) => PyValueError::new_err(chain(&e)),
+        Error::Output(_) => PyOSError::new_err(chain(&e)),
+        Error::Run(_) => PyRuntimeError::new_err(chain(&e)),
+    })?;
+    let err = |e: serde_json::Error| PyRuntimeError::new_err(e.to_string());
+    Ok(format!(
+        "{{\"sweep\": {}, \"csv\": {}, \"summary\": {}}}",
+        flashoverlap::sweep::json(&s.file),
+        serde_json::to_string(&flashoverlap::sweep::csv(&s.file)).map_err(err)?,
+        serde_json::to_string(&s.summary).map_err(err)?
+    ))
+}
+
 /// A timeline file (predicted or measured), validated as `plot` and `validate` read it;
 /// its JSON.
 #[pyfunction]
@@ -331,6 +441,7 @@ fn _flashoverlap(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(simulate, m)?)?;
     m.add_function(wrap_pyfunction!(load_timeline, m)?)?;
     m.add_function(wrap_pyfunction!(collective, m)?)?;
+    m.add_function(wrap_pyfunction!(sweep, m)?)?;
     m.add_function(wrap_pyfunction!(presets, m)?)?;
     m.add_function(wrap_pyfunction!(figures, m)?)?;
     m.add_function(wrap_pyfunction!(arguments, m)?)?;

@@ -112,3 +112,30 @@ def test_collective_is_the_commands():
             check=True, capture_output=True, text=True,
         ).stdout
         assert table == c.table
+
+
+def test_sweep_is_the_commands(tmp_path):
+    s = fo.sweep(tp=[2, 4], seq="1k,4k", strategy=["sequential", "flash"])
+    assert len(s) == 2 * 2 * 2
+    assert all(r["error"] is None for r in s)
+    assert "flash" in s.summary
+    exe = os.environ.get("FLASHOVERLAP_BIN")
+    if exe:
+        out = subprocess.run(
+            [exe, "sweep", "--quiet", "--tp", "2,4", "--seq", "1k,4k", "--strategy", "sequential,flash", "--format", "csv"],
+            check=True, capture_output=True, text=True,
+        ).stdout
+        assert out == s.csv
+    d = tmp_path / "sw"
+    fo.sweep(tp=[2, 4], out=d)
+    assert (d / "sweep.csv").exists() and (d / "summary.txt").exists()
+    with pytest.raises(OSError, match="exists"):
+        fo.sweep(tp=[2, 4], out=d)
+    # An invalid point fails the sweep as a run, as the command's exit status 1 says
+    # (skip_invalid=True records it as a row instead).
+    with pytest.raises(RuntimeError, match="parallel.tp"):
+        fo.sweep(tp=[0])
+    assert fo.sweep(tp=[0, 2], skip_invalid=True).rows[0]["error"]
+    pd = pytest.importorskip("pandas", reason="pandas is not installed")
+    df = s.to_pandas()
+    assert {"tp", "seq", "strategy", "makespan_us"} <= set(df.columns)

@@ -516,7 +516,7 @@ impl Ctx<'_> {
     /// Gradient bytes of one layer per rank and ring step: the layer's parameters over
     /// tp·dp.
     fn grad_piece(&self) -> u64 {
-        self.s.layer_params() / (self.s.ranks as u64 * self.s.sync() as u64) * self.s.dtype.bytes()
+        grad_piece(self.s)
     }
 
     /// Group `g`'s streams, with the weights of `site` being gathered, if they are.
@@ -1096,6 +1096,12 @@ fn concat_blocks(parts: Vec<Blocks>) -> Blocks {
 /// sequential runs and `bulk` (the bucketed overlap) for every other. The Flash-fused
 /// data parallelism is asked for by name (`dp = flash`): it cuts every forward and wgrad
 /// GEMM dp ways, which pays at small dp and costs more than it hides at large dp.
+/// Bytes of one rank's share of one layer's gradients (or parameters) in its
+/// data-parallel group.
+fn grad_piece(s: &LayerShape) -> u64 {
+    s.layer_params() / (s.ranks as u64 * s.sync() as u64) * s.dtype.bytes()
+}
+
 pub fn dp_strategy(run: Strategy, sites: &BTreeMap<String, Strategy>) -> Strategy {
     sites.get("dp").copied().unwrap_or(match run {
         Strategy::Sequential => Strategy::Sequential,
@@ -1162,6 +1168,33 @@ pub fn build(
     // The rank of tensor rank t in tensor-parallel group g = d·u + j.
     let rank = |g: u32, t: u32| par.rank_of3((g / u) as u64, (g % u) as u64, t as u64) as u32;
     let sync = dp * u;
+    // The data-parallel groups' NCCL communicators (bulk and sequential dp sites; the
+    // flash one runs its own decomposed rings on the `dp-comm` streams): per tensor rank,
+    // its channels and wire, members and their nodes. `None`: plain rings on `dp-comm`.
+    type DpNet = (u32, crate::plan::Wire, Vec<u32>, Vec<u64>);
+    let dp_nets: Option<Vec<DpNet>> = match net {
+        Some(net) if sync > 1 && dp_strategy(strategy, sites) != Strategy::Flash => {
+            let bucket = grad_piece(s).saturating_mul(sync as u64);
+            (0..tp)
+                .map(|t| {
+                    let members: Vec<u32> = (0..sync).map(|g| rank(g, t)).collect();
+                    let (ch, _, wire) = crate::cost::nccl::ring_for(
+                        net.nccl,
+                        net.topo,
+                        &members,
+                        crate::cost::nccl::NcclColl::ReduceScatter,
+                        bucket,
+                    )?;
+                    let nodes = members
+                        .iter()
+                        .map(|&r| net.topo.node_of(r as usize) as u64)
+                        .collect();
+                    Some((ch.count, wire, members, nodes))
+                })
+                .collect()
+        }
+        _ => None,
+    };
     let mut all = RankStreams {
         compute: Vec::new(),
         comm: Vec::new(),
@@ -1186,7 +1219,7 @@ pub fn build(
             g.compute.push(b.stream(r, "compute", StreamKind::Compute));
             g.comm.push(b.stream(r, "comm", StreamKind::Comm));
             g.ranks.push(r);
-            if sync > 1 {
+            if sync > 1 && dp_nets.is_none() {
                 dp_comm.push(b.stream(r, "dp-comm", StreamKind::Comm));
             }
         }
@@ -1203,7 +1236,12 @@ pub fn build(
             .map(|t| {
                 let held: Vec<usize> = (0..built as usize).map(|g| g * tp as usize + t).collect();
                 let mut compute: Vec<_> = held.iter().map(|&i| all.compute[i]).collect();
-                let mut comm: Vec<_> = held.iter().map(|&i| dp_comm[i]).collect();
+                // Without `dp-comm` streams (the communicators carry the collectives)
+                // every entry is a placeholder, never used.
+                let mut comm: Vec<_> = held
+                    .iter()
+                    .map(|&i| dp_comm.get(i).copied().unwrap_or(StreamId::MAX))
+                    .collect();
                 // Placeholders for the members a symmetric plan does not hold (never used).
                 compute.resize(sync as usize, StreamId::MAX);
                 comm.resize(sync as usize, StreamId::MAX);
@@ -1266,39 +1304,9 @@ pub fn build(
             c.groups[g].nccl = Some(std::rc::Rc::new(std::cell::RefCell::new(comm)));
         }
     }
-    if let Some(net) = net
-        && sync > 1
-    {
-        let bucket = c.grad_piece().saturating_mul(sync as u64);
-        for t in 0..tp as usize {
-            let members = c.dp_groups[t].ranks.clone();
-            let Some((ch, _, wire)) = crate::cost::nccl::ring_for(
-                net.nccl,
-                net.topo,
-                &members,
-                crate::cost::nccl::NcclColl::ReduceScatter,
-                bucket,
-            ) else {
-                break;
-            };
-            let nodes: Vec<u64> = members
-                .iter()
-                .map(|&r| net.topo.node_of(r as usize) as u64)
-                .collect();
-            let comm = Comm::new(
-                &mut c.b,
-                "dp",
-                members,
-                built as usize,
-                &nodes,
-                ch.count,
-                wire,
-            );
-            c.dp_comms.push(comm);
-        }
-        if c.dp_comms.len() != tp as usize {
-            c.dp_comms.clear();
-        }
+    for (ch, wire, members, nodes) in dp_nets.into_iter().flatten() {
+        let comm = Comm::new(&mut c.b, "dp", members, built as usize, &nodes, ch, wire);
+        c.dp_comms.push(comm);
     }
     let dps = c.dp_strategy();
     let piece = c.grad_piece();

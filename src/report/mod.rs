@@ -293,19 +293,13 @@ fn site_rows(r: &crate::simulate::StrategyRun) -> (Vec<SiteRow>, Vec<SiteRow>) {
         comm_us: us(m),
         exposed_comm_us: us(e),
     };
-    let mut phases: Vec<SiteRow> = Vec::new();
-    for ph in ["fwd", "bwd"] {
-        let mine: Vec<_> = sites
+    // Phases from the timeline as unions of their sites' intervals, not sums of the
+    // sites' figures (two sites communicating at once would count twice).
+    let phases: Vec<SiteRow> =
+        crate::timeline::metrics::phase_metrics(&r.timeline, r.metrics.critical_rank)
             .iter()
-            .filter(|x| x.site.split('.').next() == Some(ph))
+            .map(|x| row(&x.site, x.compute, x.comm, x.exposed_comm))
             .collect();
-        if !mine.is_empty() {
-            let (c, m, e) = mine.iter().fold((0.0, 0.0, 0.0), |a, x| {
-                (a.0 + x.compute, a.1 + x.comm, a.2 + x.exposed_comm)
-            });
-            phases.push(row(ph, c, m, e));
-        }
-    }
     let sites = sites
         .iter()
         .map(|x| row(&x.site, x.compute, x.comm, x.exposed_comm))

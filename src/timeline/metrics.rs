@@ -230,6 +230,28 @@ fn site_of(tl: &Timeline, s: &super::Span) -> String {
 /// communication. Sites' exposed times can add up to more than the rank's when two
 /// sites communicate at once.
 pub fn site_metrics(tl: &Timeline, rank: u32) -> Vec<SiteMetrics> {
+    group_metrics(tl, rank, &|site| Some(site.to_string()))
+}
+
+/// Per phase of a layer or step (`fwd`, `bwd`: the sites named `fwd.…` and `bwd.…`), in
+/// first-appearance order, the rank's compute, communication and exposed communication,
+/// each the measure of the union of its sites' intervals: a phase's exposed time counts
+/// once however many of its sites communicate at once (the sum of its sites' would count
+/// it once per site).
+pub fn phase_metrics(tl: &Timeline, rank: u32) -> Vec<SiteMetrics> {
+    group_metrics(tl, rank, &|site| {
+        let phase = site.split('.').next()?;
+        (site.contains('.') && matches!(phase, "fwd" | "bwd")).then(|| phase.to_string())
+    })
+}
+
+/// [`site_metrics`] over groups of sites: `group(site)` names a span's group (`None`:
+/// in none; its compute still counts as busy).
+fn group_metrics(
+    tl: &Timeline,
+    rank: u32,
+    group: &dyn Fn(&str) -> Option<String>,
+) -> Vec<SiteMetrics> {
     let mut order: Vec<String> = Vec::new();
     let mut compute: Vec<Vec<(f64, f64)>> = Vec::new();
     let mut comm: Vec<Vec<(f64, f64)>> = Vec::new();
@@ -239,7 +261,12 @@ pub fn site_metrics(tl: &Timeline, rank: u32) -> Vec<SiteMetrics> {
         if tl.streams[st as usize].rank != rank {
             continue;
         }
-        let site = site_of(tl, s);
+        if !s.class.is_comm() {
+            all_compute.push((s.start, s.end));
+        }
+        let Some(site) = group(&site_of(tl, s)) else {
+            continue;
+        };
         let i = match order.iter().position(|x| *x == site) {
             Some(i) => i,
             None => {
@@ -253,7 +280,6 @@ pub fn site_metrics(tl: &Timeline, rank: u32) -> Vec<SiteMetrics> {
             comm[i].push((s.start, s.end));
         } else {
             compute[i].push((s.start, s.end));
-            all_compute.push((s.start, s.end));
         }
     }
     let busy = Intervals::from_unsorted(all_compute);

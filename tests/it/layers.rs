@@ -663,3 +663,39 @@ fn tensor_parallel_rings_across_nodes_run_on_nccl_channels() {
     let one = exposed(&sc);
     assert!(many < one / 3.0, "{many} vs one channel {one}");
 }
+
+/// A step's phases partition its time: the forward's and the backward's exposed
+/// communication (each the union of its sites' intervals) add up to the rank's exposed
+/// communication, even where sites communicate at once (a data-parallel gather beside a
+/// tensor-parallel collective), where the sites' own figures add up to more.
+#[test]
+fn a_steps_phases_add_up_to_its_exposed_communication() {
+    use flashoverlap::timeline::metrics::{phase_metrics, site_metrics};
+    let mut sc = config::load_scenario("default").unwrap();
+    sc.model = config::load_model("llama-3-8b", None).unwrap();
+    sc.model.layers = 4;
+    sc.workload = Workload::Step;
+    sc.parallel.tp = 8;
+    sc.parallel.dp = 4;
+    sc.batch = 1;
+    sc.seq = 4096;
+    sc.hardware = config::load_hardware_nodes("dgx-h100", None, Some(4)).unwrap();
+    for s in [Strategy::Sequential, Strategy::Bulk, Strategy::Flash] {
+        let r = run_strategy(&sc, s, &opts()).unwrap();
+        let m = &r.metrics;
+        let phases = phase_metrics(&r.timeline, m.critical_rank);
+        let names: Vec<&str> = phases.iter().map(|p| p.site.as_str()).collect();
+        assert_eq!(names, ["fwd", "bwd"], "{s}");
+        let sum: f64 = phases.iter().map(|p| p.exposed_comm).sum();
+        assert!(
+            (sum - m.exposed_comm).abs() <= 1e-9 * m.exposed_comm.max(1e-12),
+            "{s}: phases {sum} vs rank {}",
+            m.exposed_comm
+        );
+        let sites: f64 = site_metrics(&r.timeline, m.critical_rank)
+            .iter()
+            .map(|x| x.exposed_comm)
+            .sum();
+        assert!(sites >= sum - 1e-12, "{s}");
+    }
+}

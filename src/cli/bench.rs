@@ -69,10 +69,10 @@ pub fn run(a: Args) -> Result<(), CliError> {
         record_links: false,
         ..SimOptions::default()
     };
-    println!(
-        "{:<44} {:>10} {:>12} {:>12} {:>12} {:>14}",
+    super::stdout(&format!(
+        "{:<44} {:>10} {:>12} {:>12} {:>12} {:>14}\n",
         "case", "ops", "events", "best_ms", "median_ms", "events_per_s"
-    );
+    ))?;
     for case in cases(a.quick)? {
         let mut walls = Vec::new();
         let mut phases = Vec::new();
@@ -116,23 +116,23 @@ pub fn run(a: Args) -> Result<(), CliError> {
         walls.sort_by(f64::total_cmp);
         let best = walls[0];
         let median = walls[walls.len() / 2];
-        println!(
-            "{:<44} {:>10} {:>12} {:>12.2} {:>12.2} {:>14.0}",
+        super::stdout(&format!(
+            "{:<44} {:>10} {:>12} {:>12.2} {:>12.2} {:>14.0}\n",
             case.name,
             ops,
             events,
             best * 1e3,
             median * 1e3,
             events as f64 / best
-        );
-        println!(
-            "    fastest of each phase: build {:.2} ms, simulate {:.2} ms ({:.0} events/s), timeline+metrics {:.2} ms",
+        ))?;
+        super::stdout(&format!(
+            "    fastest of each phase: build {:.2} ms, simulate {:.2} ms ({:.0} events/s), timeline+metrics {:.2} ms\n",
             ph[0] * 1e3,
             ph[1] * 1e3,
             events as f64 / ph[1].max(1e-12),
             ph[2] * 1e3
-        );
+        ))?;
     }
-    println!("(wall time covers plan build, simulation, timeline and metrics; one thread)");
+    super::stdout("(wall time covers plan build, simulation, timeline and metrics; one thread)\n")?;
     Ok(())
 }

@@ -459,8 +459,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
         js.push('\n');
         write_atomic(&json_path, js.as_bytes(), a.force).map_err(CliError::output)?;
     }
-    print!("{header}");
-    println!("wrote {}", out.display());
+    super::stdout(&format!("{header}wrote {}\n", out.display()))?;
     Ok(())
 }
 

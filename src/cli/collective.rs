@@ -155,6 +155,6 @@ pub fn run(a: Args) -> Result<(), CliError> {
     if let Some(p) = &a.out {
         write_atomic(p, text.as_bytes(), a.force).map_err(CliError::output)?;
     }
-    print!("{text}");
+    super::stdout(&text)?;
     Ok(())
 }

@@ -38,6 +38,6 @@ pub fn run() -> Result<(), CliError> {
             out.push_str(&format!("  {:<18} {detail}\n", p.name));
         }
     }
-    print!("{out}");
+    super::stdout(&out)?;
     Ok(())
 }

@@ -76,16 +76,23 @@ pub enum Command {
 fn completions(shell: clap_complete::Shell) -> Result<(), CliError> {
     let mut script = Vec::new();
     clap_complete::generate(shell, &mut command(), "flashoverlap", &mut script);
+    stdout(&String::from_utf8_lossy(&script))
+}
+
+/// Write `text` to standard output: every subcommand's output goes through here. A
+/// reader that went away (`| head`) ends the output quietly, as it does for any Unix
+/// tool; any other failure (a full disk) is an output error (exit 3), not a panic.
+pub fn stdout(text: &str) -> Result<(), CliError> {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
-    out.write_all(&script)
-        .and_then(|()| out.flush())
-        .map_err(|source| {
-            CliError::output(crate::io::OutputError::Write {
-                path: "standard output".into(),
-                source,
-            })
-        })
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(source) => Err(CliError::output(crate::io::OutputError::Write {
+            path: "standard output".into(),
+            source,
+        })),
+    }
 }
 
 /// An error on its way to the user, with the exit code it maps to.

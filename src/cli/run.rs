@@ -465,7 +465,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
         write_atomic(path, trace::chrome_trace(&measured).as_bytes(), a.sim.force)
             .map_err(CliError::output)?;
     }
-    print!("{table}");
+    super::stdout(&table)?;
     if results.iter().any(|m| !m.comparable) {
         eprintln!(
             "note: ranks share GPUs, so the measured times serialize what the prediction \

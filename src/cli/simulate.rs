@@ -278,8 +278,8 @@ pub fn run(a: Args) -> Result<(), CliError> {
         super::plot::simulate_plot(path, &title, &timelines, a.force)?;
     }
     match a.format {
-        Format::Table => print!("{table}"),
-        Format::Json => print!("{json}"),
+        Format::Table => super::stdout(&table)?,
+        Format::Json => super::stdout(&json)?,
     }
     Ok(())
 }

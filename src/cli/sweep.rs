@@ -214,11 +214,11 @@ fn progress(total: u64, quiet: bool) -> ProgressBar {
     pb
 }
 
-fn emit(format: Format, f: &SweepFile, summary: &str) {
+fn emit(format: Format, f: &SweepFile, summary: &str) -> Result<(), CliError> {
     match format {
-        Format::Summary => print!("{summary}"),
-        Format::Csv => print!("{}", sweep::csv(f)),
-        Format::Json => print!("{}", sweep::json(f)),
+        Format::Summary => super::stdout(summary),
+        Format::Csv => super::stdout(&sweep::csv(f)),
+        Format::Json => super::stdout(&sweep::json(f)),
     }
 }
 
@@ -285,12 +285,10 @@ fn run_sweep(a: RunArgs) -> Result<(), CliError> {
     let hidden = a.quiet || !std::io::stderr().is_terminal();
     let bar = Bar(progress(0, hidden), hidden);
     let s = app::run(&req, &bar).map_err(from_app)?;
-    emit(a.format, &s.file, &s.summary);
-    Ok(())
+    emit(a.format, &s.file, &s.summary)
 }
 
 fn merge(m: MergeArgs) -> Result<(), CliError> {
     let s = app::merge(&m.inputs, &m.out, m.force, m.group_by.as_deref()).map_err(from_app)?;
-    emit(m.format, &s.file, &s.summary);
-    Ok(())
+    emit(m.format, &s.file, &s.summary)
 }

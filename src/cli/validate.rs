@@ -187,8 +187,8 @@ pub fn run(a: Args) -> Result<(), CliError> {
         write_atomic(p, json.as_bytes(), a.force).map_err(CliError::output)?;
     }
     match a.format {
-        Format::Table => print!("{}", table(&all)),
-        Format::Json => print!("{json}"),
+        Format::Table => super::stdout(&table(&all))?,
+        Format::Json => super::stdout(&json)?,
     }
     Ok(())
 }

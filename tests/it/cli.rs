@@ -714,3 +714,36 @@ fn readme_examples_run_as_written() {
     );
     assert!(ran >= 25, "{ran}");
 }
+
+/// Standard output that fails does not panic: a reader that went away (`| head`)
+/// ends the output quietly (exit 0), a full device is an output error (exit 3).
+#[test]
+fn a_closed_or_full_stdout_is_not_a_panic() {
+    let exe = env!("CARGO_BIN_EXE_flashoverlap");
+    for args in [&["list"][..], &["collective", "--sizes", "1MiB"][..]] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = std::process::Command::new(exe)
+            .args(args)
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+    }
+    if let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") {
+        let out = std::process::Command::new(exe)
+            .arg("list")
+            .stdout(full)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{err}");
+        assert!(err.contains("standard output"), "{err}");
+    } else {
+        eprintln!("no /dev/full here: the full-device case is not checked");
+    }
+}

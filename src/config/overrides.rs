@@ -111,6 +111,26 @@ impl Overrides {
 mod tests {
     use super::*;
 
+    /// Degrees whose product wraps around u64 (or passes 2^32 ranks) are one clear
+    /// error, not a division by zero or a world of absurd size.
+    #[test]
+    fn degrees_whose_product_overflows_are_refused() {
+        for (tp, ulysses, dp) in [(1 << 32, 1 << 32, 1), (1 << 62, 4, 1), (8, 1, 1 << 40)] {
+            let o = Overrides {
+                workload: Some("layer".into()),
+                tp: Some(tp),
+                ulysses: Some(ulysses),
+                dp: Some(dp),
+                ..Default::default()
+            };
+            let e = o
+                .scenario("default", &|k| format!("argument ({k})"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("is beyond 2^32"), "{e}");
+        }
+    }
+
     #[test]
     fn overrides_set_fields_and_blame_their_origin() {
         let o = Overrides {

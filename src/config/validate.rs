@@ -22,6 +22,9 @@ fn version(file: &str, v: u32) -> R<()> {
     Ok(())
 }
 
+/// The most ranks a scenario may have (tp × ulysses × dp).
+pub const MAX_WORLD: u64 = 1 << 32;
+
 fn positive(file: &str, key: &str, v: i64) -> R<u64> {
     if v <= 0 {
         return Err(ConfigError::invalid(
@@ -616,6 +619,28 @@ pub fn scenario_from_file(
     let tp = positive(&at("parallel.tp"), "parallel.tp", p.tp)?;
     let dp = positive(&at("parallel.dp"), "parallel.dp", p.dp)?;
     let ulysses = positive(&at("parallel.ulysses"), "parallel.ulysses", p.ulysses)?;
+    // Every product of the degrees below stays far from overflow: no machine has more
+    // than 2^32 GPUs. Blame the largest degree (the one most likely mistyped).
+    if tp
+        .checked_mul(ulysses)
+        .and_then(|x| x.checked_mul(dp))
+        .is_none_or(|w| w > MAX_WORLD)
+    {
+        let (key, v) = [
+            ("parallel.tp", tp),
+            ("parallel.ulysses", ulysses),
+            ("parallel.dp", dp),
+        ]
+        .into_iter()
+        .max_by_key(|x| x.1)
+        .expect("three degrees");
+        return Err(ConfigError::invalid(
+            &at(key),
+            key,
+            v,
+            format!("tp × ulysses × dp = {tp} × {ulysses} × {dp} ranks is beyond 2^32"),
+        ));
+    }
     let order = crate::scenario::RankOrder::parse(&p.order).ok_or_else(|| {
         ConfigError::invalid(
             &at("parallel.order"),

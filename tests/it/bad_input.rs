@@ -329,6 +329,19 @@ fn cases(d: &Path) -> Vec<Case> {
             ],
         },
         Case {
+            name: "degrees whose product wraps around",
+            args: sim(&[
+                "--workload",
+                "layer",
+                "--tp",
+                "4294967296",
+                "--ulysses",
+                "4294967296",
+            ]),
+            code: 2,
+            says: vec![s("--ulysses"), s("parallel.ulysses"), s("is beyond 2^32")],
+        },
+        Case {
             name: "sustained clocks on a profile that has not measured them",
             args: sim(&["--clocks", "sustained"]),
             code: 2,

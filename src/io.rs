@@ -1,8 +1,9 @@
 //! Safe output: every file is written to a temporary sibling and then moved into place,
 //! so an interrupted run never leaves a truncated file; an existing file is kept unless
-//! the caller asks to overwrite it.
+//! the caller asks to overwrite it. Safe input: [`read_text`] reads regular files of a
+//! bounded size only.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
@@ -15,6 +16,49 @@ pub enum OutputError {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// The largest config file read (models, profiles, scenarios, sweep files, topology
+/// dumps): real ones are kilobytes.
+pub const MAX_CONFIG_BYTES: u64 = 16 << 20;
+/// The largest data file read (timelines, sweep outputs, run records): a step's
+/// timeline is hundreds of megabytes.
+pub const MAX_DATA_BYTES: u64 = 4 << 30;
+
+/// The text of the regular file `path`, if it holds at most `limit` bytes. A FIFO, a
+/// device (`/dev/zero`) or a folder is refused before it is opened, so nothing blocks or
+/// reads without end; a larger file is refused as not what was meant.
+pub fn read_text(path: &Path, limit: u64) -> std::io::Result<String> {
+    use std::io::{Error, ErrorKind};
+    let meta = std::fs::metadata(path)?;
+    if !meta.is_file() {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            "not a regular file (a folder, a FIFO or a device)",
+        ));
+    }
+    if meta.len() > limit {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            format!(
+                "{} bytes, more than the {} this kind of file may have",
+                meta.len(),
+                limit
+            ),
+        ));
+    }
+    let mut text = String::new();
+    // The file may grow between the check and the read: read at most one byte more.
+    std::fs::File::open(path)?
+        .take(limit + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > limit {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            format!("more than the {limit} bytes this kind of file may have"),
+        ));
+    }
+    Ok(text)
 }
 
 fn tmp_path(path: &Path) -> PathBuf {
@@ -75,6 +119,28 @@ pub fn write_atomic(path: &Path, bytes: &[u8], overwrite: bool) -> Result<(), Ou
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Only regular files of a bounded size are read: a folder and a device are refused
+    /// before any byte is read (so `/dev/zero` cannot fill memory), and so is a file over
+    /// the limit.
+    #[test]
+    fn read_text_reads_bounded_regular_files_only() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("a.toml");
+        std::fs::write(&f, "x = 1\n").unwrap();
+        assert_eq!(read_text(&f, 16).unwrap(), "x = 1\n");
+        let e = read_text(&f, 3).unwrap_err().to_string();
+        assert!(e.contains("more than the 3"), "{e}");
+        let e = read_text(d.path(), 1 << 20).unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+        if std::path::Path::new("/dev/zero").exists() {
+            let e = read_text(std::path::Path::new("/dev/zero"), 1 << 20)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("not a regular file"), "{e}");
+        }
+        assert!(read_text(&d.path().join("missing"), 16).is_err());
+    }
 
     #[test]
     fn refuses_to_clobber_unless_asked() {

@@ -408,7 +408,8 @@ fn sweep(
 #[pyfunction]
 fn load_timeline(path: &str) -> PyResult<String> {
     let text =
-        std::fs::read_to_string(path).map_err(|e| PyOSError::new_err(format!("{path}: {e}")))?;
+        flashoverlap::io::read_text(std::path::Path::new(path), flashoverlap::io::MAX_DATA_BYTES)
+            .map_err(|e| PyOSError::new_err(format!("{path}: {e}")))?;
     let f: TimelineFile =
         serde_json::from_str(&text).map_err(|e| PyValueError::new_err(format!("{path}: {e}")))?;
     Timeline::try_from(f.clone()).map_err(|e| PyValueError::new_err(format!("{path}: {e}")))?;

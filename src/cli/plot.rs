@@ -131,7 +131,7 @@ fn filters(v: &[String]) -> Result<Vec<(String, String)>, CliError> {
 
 pub fn read_timeline(path: &Path) -> Result<Timeline, CliError> {
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path)
+    let text = crate::io::read_text(path, crate::io::MAX_DATA_BYTES)
         .map_err(|e| CliError::input(format!("cannot read {shown}: {e}")))?;
     let f: TimelineFile = serde_json::from_str(&text)
         .map_err(|e| CliError::input(format!("{shown}: not a flashoverlap timeline: {e}")))?;

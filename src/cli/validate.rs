@@ -40,7 +40,7 @@ pub struct Args {
 }
 
 fn read_timeline(path: &Path) -> Result<Timeline, CliError> {
-    let text = std::fs::read_to_string(path)
+    let text = crate::io::read_text(path, crate::io::MAX_DATA_BYTES)
         .map_err(|e| CliError::input(format!("{}: {e}", path.display())))?;
     let f: TimelineFile = serde_json::from_str(&text)
         .map_err(|e| CliError::input(format!("{}: {e}", path.display())))?;

@@ -130,9 +130,11 @@ pub fn resolve(kind: PresetKind, spec: &str, base: Option<&Path>) -> Result<Sour
             known: known.join(", "),
         });
     }
-    let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Io {
-        path: path.display().to_string(),
-        source,
+    let text = crate::io::read_text(&path, crate::io::MAX_CONFIG_BYTES).map_err(|source| {
+        ConfigError::Io {
+            path: path.display().to_string(),
+            source,
+        }
     })?;
     Ok(Source {
         name: path.display().to_string(),

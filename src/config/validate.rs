@@ -422,7 +422,7 @@ fn topology_from_file(file: &str, name: &str, t: &TopologyFile) -> R<Topology> {
                 _ => std::path::PathBuf::from(spec),
             };
             let shown = path.display().to_string();
-            let text = std::fs::read_to_string(&path).map_err(|e| {
+            let text = crate::io::read_text(&path, crate::io::MAX_CONFIG_BYTES).map_err(|e| {
                 ConfigError::invalid(
                     file,
                     "topology.file",

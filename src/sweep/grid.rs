@@ -88,9 +88,11 @@ impl GridSpec {
     /// Read a sweep file: `scenario = "..."` and a `[grid]` table of field = [values].
     pub fn from_file(path: &Path) -> Result<GridSpec, SweepError> {
         let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| SweepError::Input {
-            what: shown.clone(),
-            reason: format!("cannot read: {e}"),
+        let text = crate::io::read_text(path, crate::io::MAX_CONFIG_BYTES).map_err(|e| {
+            SweepError::Input {
+                what: shown.clone(),
+                reason: format!("cannot read: {e}"),
+            }
         })?;
         let f: GridFile = toml::from_str(&text).map_err(|e| SweepError::Input {
             what: shown.clone(),

@@ -329,6 +329,12 @@ fn cases(d: &Path) -> Vec<Case> {
             ],
         },
         Case {
+            name: "a device as a model file",
+            args: sim(&["--model", "/dev/zero"]),
+            code: 2,
+            says: vec![s("--model"), s("/dev/zero"), s("not a regular file")],
+        },
+        Case {
             name: "degrees whose product wraps around",
             args: sim(&[
                 "--workload",

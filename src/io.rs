@@ -10,6 +10,10 @@ use std::path::{Path, PathBuf};
 pub enum OutputError {
     #[error("{path} exists; pass --force to overwrite it")]
     Exists { path: String },
+    #[error(
+        "{path} is not a regular file (a symlink, a device, a FIFO or a folder); outputs only replace regular files, even with --force"
+    )]
+    NotRegular { path: String },
     #[error("cannot write {path}: {source}")]
     Write {
         path: String,
@@ -82,6 +86,15 @@ pub fn write_atomic(path: &Path, bytes: &[u8], overwrite: bool) -> Result<(), Ou
         path: path.display().to_string(),
         source,
     };
+    // The rename below would replace whatever is there: a symlink (not its target), a
+    // device node such as /dev/null, a FIFO. Only a regular file may be replaced.
+    if let Ok(meta) = std::fs::symlink_metadata(path)
+        && !meta.file_type().is_file()
+    {
+        return Err(OutputError::NotRegular {
+            path: path.display().to_string(),
+        });
+    }
     if !overwrite && path.exists() {
         return Err(OutputError::Exists {
             path: path.display().to_string(),
@@ -119,6 +132,33 @@ pub fn write_atomic(path: &Path, bytes: &[u8], overwrite: bool) -> Result<(), Ou
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An output never replaces what is not a regular file, even when asked to
+    /// overwrite: not a symlink (nor its target), not a device node.
+    #[test]
+    fn outputs_replace_regular_files_only() {
+        let d = tempfile::tempdir().unwrap();
+        let target = d.path().join("target.txt");
+        std::fs::write(&target, "keep").unwrap();
+        let link = d.path().join("link.txt");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        for overwrite in [false, true] {
+            let e = write_atomic(&link, b"new", overwrite).unwrap_err();
+            assert!(matches!(e, OutputError::NotRegular { .. }), "{e}");
+        }
+        assert!(
+            std::fs::symlink_metadata(&link)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
+        let e = write_atomic(d.path(), b"x", true).unwrap_err();
+        assert!(matches!(e, OutputError::NotRegular { .. }), "{e}");
+        // A regular file is still replaced with overwrite.
+        write_atomic(&target, b"new", true).unwrap();
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "new");
+    }
 
     /// Only regular files of a bounded size are read: a folder and a device are refused
     /// before any byte is read (so `/dev/zero` cannot fill memory), and so is a file over

@@ -329,6 +329,12 @@ fn cases(d: &Path) -> Vec<Case> {
             ],
         },
         Case {
+            name: "--force onto a device node",
+            args: sim(&["--trace", "/dev/null", "--force"]),
+            code: 3,
+            says: vec![s("/dev/null"), s("not a regular file")],
+        },
+        Case {
             name: "a device as a model file",
             args: sim(&["--model", "/dev/zero"]),
             code: 2,

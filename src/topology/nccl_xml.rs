@@ -20,6 +20,10 @@ pub enum NcclXmlError {
     Syntax { file: String, message: String },
     #[error("{file}: the root element is <{found}>, expected <system>")]
     Root { file: String, found: String },
+    #[error(
+        "{file}: line {line}: elements nested deeper than {MAX_DEPTH} levels (NCCL's dumps nest a handful: system, cpu, pci switches, gpu, nvlink)"
+    )]
+    TooDeep { file: String, line: u32 },
     #[error("{file}: line {line}: <{element}> lacks the attribute `{attr}`")]
     Missing {
         file: String,
@@ -224,12 +228,35 @@ impl<'a> Builder<'a> {
     }
 }
 
+/// The deepest element nesting a dump may have (real ones: under 10).
+pub const MAX_DEPTH: usize = 64;
+
 /// The topology of the NCCL topology dump `text` (`file` names it in errors).
 pub fn from_nccl_xml(file: &str, name: &str, text: &str) -> Result<Topology, NcclXmlError> {
     let doc = roxmltree::Document::parse(text).map_err(|e| NcclXmlError::Syntax {
         file: file.into(),
         message: e.to_string(),
     })?;
+    // The importer walks PCI trees recursively: bound the nesting first (iteratively),
+    // so a hostile dump is an error, not a stack overflow.
+    // Depth per node, in document order (a parent before its children): no recursion.
+    let mut depth = vec![0usize; doc.descendants().count() + 1];
+    for n in doc.descendants() {
+        let up = n
+            .parent()
+            .and_then(|p| depth.get(p.id().get_usize()).copied())
+            .unwrap_or(0);
+        let d = up + usize::from(n.is_element());
+        if d > MAX_DEPTH {
+            return Err(NcclXmlError::TooDeep {
+                file: file.into(),
+                line: doc.text_pos_at(n.range().start).row,
+            });
+        }
+        if let Some(x) = depth.get_mut(n.id().get_usize()) {
+            *x = d;
+        }
+    }
     let root = doc.root_element();
     if !root.has_tag_name("system") {
         return Err(NcclXmlError::Root {
@@ -430,6 +457,25 @@ mod tests {
         assert!((bottleneck(&t, 0, 1) - 24e9).abs() < 1.0);
         // Across the AMD sockets: NCCL's 16 GB/s.
         assert!((bottleneck(&t, 0, 4) - 16e9).abs() < 1.0);
+    }
+
+    /// A dump nested past any real one is an error naming the line, not a stack
+    /// overflow of the recursive PCI walk (20 000 nested switches overflowed it).
+    #[test]
+    fn deeply_nested_dumps_are_refused() {
+        let open = r#"<pci busid="0000:01:00.0" class="0x060400" link_speed="16.0 GT/s PCIe" link_width="16">"#;
+        for n in [MAX_DEPTH, 20_000] {
+            let xml = format!(
+                r#"<system version="1"><cpu numaid="0" affinity="f" arch="x86_64" vendor="GenuineIntel">{}{}</cpu></system>"#,
+                open.repeat(n),
+                "</pci>".repeat(n)
+            );
+            let e = from_nccl_xml("deep.xml", "deep", &xml).unwrap_err();
+            assert!(
+                matches!(e, NcclXmlError::TooDeep { line: 1, .. }),
+                "{n}: {e}"
+            );
+        }
     }
 
     #[test]

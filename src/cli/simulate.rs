@@ -197,6 +197,17 @@ pub fn scenario_and_file(
                 "--site `{site}`: expected SITE=STRATEGY, e.g. fc2=chunked:4"
             ))
         })?;
+        // The same site twice is a contradiction, not a later-wins override.
+        if let Some((_, first)) = sites
+            .iter()
+            .find(|(x, _): &&(String, String)| x.trim() == k.trim())
+        {
+            return Err(CliError::input(format!(
+                "--site `{}` is given twice ({}={first} and {site}); give each site once",
+                k.trim(),
+                k.trim()
+            )));
+        }
         sites.push((k.to_string(), v.to_string()));
     }
     let o = config::Overrides {
@@ -245,6 +256,15 @@ pub fn run(a: Args) -> Result<(), CliError> {
         .map(|s| crate::scenario::Straggler::parse(s))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| CliError::input(format!("--straggler: {e}")))?;
+    // The same rank or link twice would multiply its factors silently.
+    for (i, s) in stragglers.iter().enumerate() {
+        if let Some(j) = stragglers[..i].iter().position(|t| t.target == s.target) {
+            return Err(CliError::input(format!(
+                "--straggler: the same target twice (`{}` and `{}`); give each rank or link once, with its whole factor",
+                a.stragglers[j], a.stragglers[i]
+            )));
+        }
+    }
     let jitter = jitter_params(&a, &sc)?;
     let samples = jitter.map(|p| (p, a.samples, a.seed));
     let opts = app::Options {

@@ -329,6 +329,27 @@ fn cases(d: &Path) -> Vec<Case> {
             ],
         },
         Case {
+            name: "the same site twice",
+            args: sim(&[
+                "--workload",
+                "layer",
+                "--model",
+                "llama-3-8b",
+                "--site",
+                "fc2=flash",
+                "--site",
+                "fc2=chunked:4",
+            ]),
+            code: 2,
+            says: vec![s("--site `fc2` is given twice")],
+        },
+        Case {
+            name: "the same straggler twice",
+            args: sim(&["--straggler", "rank:2=1.3", "--straggler", "rank:2=2"]),
+            code: 2,
+            says: vec![s("--straggler"), s("rank:2=1.3"), s("rank:2=2"), s("twice")],
+        },
+        Case {
             name: "--force onto a device node",
             args: sim(&["--trace", "/dev/null", "--force"]),
             code: 3,

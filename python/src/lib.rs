@@ -231,59 +231,33 @@ fn collective(
     dtype: &str,
     symmetry: bool,
 ) -> PyResult<String> {
-    use flashoverlap::app::collective::{self as app, Error, Request};
-    use flashoverlap::cost::nccl::Protocol;
-    use flashoverlap::strategy::collective::{Algorithm, CollectiveOp};
-    let bad = |arg: &str, msg: String| PyValueError::new_err(format!("argument ({arg}): {msg}"));
-    let op = CollectiveOp::parse(op).ok_or_else(|| {
-        let known: Vec<_> = CollectiveOp::ALL.iter().map(|o| o.name()).collect();
-        bad("op", format!("`{op}` is not one of {}", known.join(", ")))
-    })?;
-    let algorithm = match algorithm {
-        "auto" => None,
-        s => Some(Algorithm::parse(s).ok_or_else(|| {
-            bad(
-                "algorithm",
-                format!("`{s}` is not one of auto, ring, tree, direct, pairwise (p2p)"),
-            )
-        })?),
+    use flashoverlap::app::collective::{self as app, Error, Request, Text};
+    let shown = |e: Error| match e {
+        Error::Input { fields, message } => {
+            PyValueError::new_err(format!("argument ({}): {message}", fields.join("/")))
+        }
+        Error::Config(e) => PyValueError::new_err(chain(&e)),
+        Error::Build(e) => PyValueError::new_err(chain(&e)),
+        Error::Run(e) => PyRuntimeError::new_err(e),
     };
-    let protocol = match protocol {
-        "auto" => None,
-        s => Some(Protocol::parse(s).ok_or_else(|| {
-            bad(
-                "protocol",
-                format!("`{s}` is not one of auto, simple, ll, ll128"),
-            )
-        })?),
-    };
-    let dtype = flashoverlap::scenario::DType::parse(dtype).ok_or_else(|| {
-        bad(
-            "dtype",
-            format!("`{dtype}` is not one of fp32, bf16, fp16, fp8"),
-        )
-    })?;
-    let sizes = flashoverlap::units::parse_sizes(sizes, factor).map_err(|e| bad("sizes", e))?;
-    let req = Request {
+    let text = Text {
         op,
         algorithm,
         protocol,
+        dtype,
+        sizes,
+        factor,
+    };
+    let req = Request {
         channels,
         ranks,
         nodes,
         gpus,
-        sizes,
         chunks,
-        dtype,
         symmetry,
-        ..Request::new(hardware)
+        ..Request::parse(hardware, &text).map_err(shown)?
     };
-    let out = py.detach(|| app::run(&req)).map_err(|e| match e {
-        Error::Input { fields, message } => bad(&fields.join("/"), message),
-        Error::Config(e) => PyValueError::new_err(chain(&e)),
-        Error::Build(e) => PyValueError::new_err(chain(&e)),
-        Error::Run(e) => PyRuntimeError::new_err(e),
-    })?;
+    let out = py.detach(|| app::run(&req)).map_err(shown)?;
     // The command's JSON as it is (its key order is the columns'), and the table.
     let table =
         serde_json::to_string(&out.table()).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;

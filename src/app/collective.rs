@@ -89,6 +89,66 @@ impl Error {
     }
 }
 
+/// The request fields as the front ends take them, as text: `op`, `algorithm` and
+/// `protocol` (`auto` or a name), `dtype`, and `sizes` with their `factor`; errors name
+/// the field at fault.
+pub struct Text<'a> {
+    pub op: &'a str,
+    pub algorithm: &'a str,
+    pub protocol: &'a str,
+    pub dtype: &'a str,
+    pub sizes: &'a str,
+    pub factor: u64,
+}
+
+impl Request {
+    /// A request on `hardware` with the text fields `t` parsed; the other fields keep
+    /// [`Request::new`]'s defaults.
+    pub fn parse(hardware: &str, t: &Text) -> Result<Request, Error> {
+        let op = CollectiveOp::parse(t.op).ok_or_else(|| {
+            let known: Vec<_> = CollectiveOp::ALL.iter().map(|o| o.name()).collect();
+            Error::input(
+                &["op"],
+                format!("`{}` is not one of {}", t.op, known.join(", ")),
+            )
+        })?;
+        let algorithm = match t.algorithm {
+            "auto" => None,
+            s => Some(Algorithm::parse(s).ok_or_else(|| {
+                Error::input(
+                    &["algorithm"],
+                    format!("`{s}` is not one of auto, ring, tree, direct, pairwise (p2p)"),
+                )
+            })?),
+        };
+        let protocol = match t.protocol {
+            "auto" => None,
+            s => Some(Protocol::parse(s).ok_or_else(|| {
+                Error::input(
+                    &["protocol"],
+                    format!("`{s}` is not one of auto, simple, ll, ll128"),
+                )
+            })?),
+        };
+        let dtype = DType::parse(t.dtype).ok_or_else(|| {
+            Error::input(
+                &["dtype"],
+                format!("`{}` is not one of fp32, bf16, fp16, fp8", t.dtype),
+            )
+        })?;
+        let sizes = crate::units::parse_sizes(t.sizes, t.factor)
+            .map_err(|e| Error::input(&["sizes"], e))?;
+        Ok(Request {
+            op,
+            algorithm,
+            protocol,
+            dtype,
+            sizes,
+            ..Request::new(hardware)
+        })
+    }
+}
+
 /// Simulate `r`: one row per size.
 pub fn run(r: &Request) -> Result<Output, Error> {
     let (op, asked, protocol, dtype) = (r.op, r.algorithm, r.protocol, r.dtype);

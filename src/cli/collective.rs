@@ -2,15 +2,10 @@
 //! output printed as a table (nccl-tests' layout), CSV or JSON.
 
 use super::CliError;
-use crate::app::collective::{self as app, Error, Request};
-use crate::cost::nccl::Protocol;
+use crate::app::collective::{self as app, Error, Request, Text};
 use crate::exec::sim::SimOptions;
 use crate::io::write_atomic;
-use crate::scenario::DType;
-use crate::strategy::collective::{Algorithm, CollectiveOp};
 use std::path::PathBuf;
-
-use crate::units::parse_sizes;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -92,61 +87,33 @@ pub enum Symmetry {
 }
 
 pub fn run(a: Args) -> Result<(), CliError> {
-    let op = CollectiveOp::parse(&a.op).ok_or_else(|| {
-        let known: Vec<_> = CollectiveOp::ALL.iter().map(|o| o.name()).collect();
-        CliError::input(format!(
-            "--op: `{}` is not one of {}",
-            a.op,
-            known.join(", ")
-        ))
-    })?;
-    let algorithm = match a.algorithm.as_str() {
-        "auto" => None,
-        s => Some(Algorithm::parse(s).ok_or_else(|| {
-            CliError::input(format!(
-                "--algorithm: `{s}` is not one of auto, ring, tree, direct, pairwise (p2p)"
-            ))
-        })?),
-    };
-    let protocol = match a.protocol.as_str() {
-        "auto" => None,
-        s => Some(Protocol::parse(s).ok_or_else(|| {
-            CliError::input(format!(
-                "--protocol: `{s}` is not one of auto, simple, ll, ll128"
-            ))
-        })?),
-    };
-    let dtype = DType::parse(&a.dtype).ok_or_else(|| {
-        CliError::input(format!(
-            "--dtype: `{}` is not one of fp32, bf16, fp16, fp8",
-            a.dtype
-        ))
-    })?;
-    let sizes =
-        parse_sizes(&a.sizes, a.factor).map_err(|e| CliError::input(format!("--sizes: {e}")))?;
-    let req = Request {
-        op,
-        algorithm,
-        protocol,
-        channels: a.channels,
-        ranks: a.ranks,
-        hardware: a.hardware.clone(),
-        nodes: a.nodes,
-        gpus: a.gpus,
-        sizes,
-        chunks: a.chunks,
-        dtype,
-        max_events: a.max_events,
-        symmetry: a.symmetry == Symmetry::Auto,
-    };
-    let out = app::run(&req).map_err(|e| match e {
+    let shown = |e: Error| match e {
         Error::Input { fields, message } => {
             CliError::input(format!("--{}: {message}", fields.join("/--")))
         }
         Error::Config(e) => CliError::input(e),
         Error::Build(e) => CliError::input(e),
         Error::Run(e) => CliError::run(e),
-    })?;
+    };
+    let text = Text {
+        op: &a.op,
+        algorithm: &a.algorithm,
+        protocol: &a.protocol,
+        dtype: &a.dtype,
+        sizes: &a.sizes,
+        factor: a.factor,
+    };
+    let req = Request {
+        channels: a.channels,
+        ranks: a.ranks,
+        nodes: a.nodes,
+        gpus: a.gpus,
+        chunks: a.chunks,
+        max_events: a.max_events,
+        symmetry: a.symmetry == Symmetry::Auto,
+        ..Request::parse(&a.hardware, &text).map_err(shown)?
+    };
+    let out = app::run(&req).map_err(shown)?;
     let text = match a.format {
         Format::Json => out.json(),
         Format::Csv => out.csv(),

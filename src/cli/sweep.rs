@@ -230,14 +230,12 @@ pub fn run(a: Args) -> Result<(), CliError> {
 }
 
 /// The progress bar (indicatif) on a terminal, nothing otherwise.
-struct Bar(ProgressBar, bool);
+struct Bar(ProgressBar);
 
 impl app::Progress for Bar {
     fn start(&self, total: u64, done: u64) {
-        if !self.1 {
-            self.0.set_length(total);
-            self.0.set_position(done);
-        }
+        self.0.set_length(total);
+        self.0.set_position(done);
     }
     fn inc(&self) {
         self.0.inc(1);
@@ -282,8 +280,7 @@ fn run_sweep(a: RunArgs) -> Result<(), CliError> {
         halt_after: a.halt_after,
         group_by: a.group_by.clone(),
     };
-    let hidden = a.quiet || !std::io::stderr().is_terminal();
-    let bar = Bar(progress(0, hidden), hidden);
+    let bar = Bar(progress(0, a.quiet));
     let s = app::run(&req, &bar).map_err(from_app)?;
     emit(a.format, &s.file, &s.summary)
 }

@@ -60,18 +60,17 @@ impl Val {
 
 /// The figures a chart can show: [`crate::report::FIGURES`] but the critical rank and
 /// the op count.
-const METRICS: [&str; 10] = [
-    "makespan_us",
-    "compute_us",
-    "comm_us",
-    "exposed_comm_us",
-    "max_exposed_comm_us",
-    "overlap_efficiency_ratio",
-    "mfu_ratio",
-    "speedup_vs_sequential_x",
-    "events",
-    "tokens_per_s",
-];
+fn is_metric(name: &str) -> bool {
+    crate::report::FIGURES.contains(&name) && !matches!(name, "critical_rank" | "ops")
+}
+
+/// The [`is_metric`] names, in [`crate::report::FIGURES`]' order.
+fn metrics() -> Vec<&'static str> {
+    crate::report::FIGURES
+        .into_iter()
+        .filter(|m| is_metric(m))
+        .collect()
+}
 
 /// Metrics where more is better (the rest: less is better).
 fn higher_is_better(m: &str) -> bool {
@@ -91,7 +90,7 @@ fn value(r: &Row, name: &str) -> Option<Val> {
     let key = grid::canonical_key(name);
     let short = grid::short_key(&key);
     if let Some(m) = &r.metrics
-        && METRICS.contains(&name)
+        && is_metric(name)
         && let Some(x) = m.get(name)
     {
         return Some(Val::Num(x));
@@ -144,7 +143,7 @@ fn known(f: &SweepFile, name: &str) -> Result<(), String> {
         .into_iter()
         .chain(crate::sweep::output::INPUTS)
         .collect();
-    if METRICS.contains(&name)
+    if is_metric(name)
         || fixed.contains(&grid::short_key(&key))
         || f.grid.axes.iter().any(|a| a.field == key)
     {
@@ -152,7 +151,7 @@ fn known(f: &SweepFile, name: &str) -> Result<(), String> {
     } else {
         Err(format!(
             "`{name}` is neither a metric ({}), a swept field, nor one of {}",
-            METRICS.join(", "),
+            metrics().join(", "),
             fixed.join(", ")
         ))
     }
@@ -230,8 +229,8 @@ pub fn lines_from_sweep(
     };
     known(f, x)?;
     known(f, series)?;
-    if !METRICS.contains(&y) {
-        return Err(format!("`{y}` is not a metric ({})", METRICS.join(", ")));
+    if !is_metric(y) {
+        return Err(format!("`{y}` is not a metric ({})", metrics().join(", ")));
     }
     let rows = filtered(f, filters)?;
     let high = higher_is_better(y);
@@ -311,10 +310,10 @@ pub fn heatmap_from_sweep(
 ) -> Result<Heatmap, String> {
     known(f, x)?;
     known(f, y)?;
-    if !METRICS.contains(&metric) {
+    if !is_metric(metric) {
         return Err(format!(
             "`{metric}` is not a metric ({})",
-            METRICS.join(", ")
+            metrics().join(", ")
         ));
     }
     if by != "strategy" && by != "family" {
@@ -621,10 +620,26 @@ fn label_at(cats: &[String], v: f64) -> String {
 
 #[cfg(test)]
 mod figure_names {
-    /// Every metric a chart accepts is one of the figures every output names.
+    /// The metrics a chart accepts are the figures every output names, but the critical
+    /// rank and the op count, in their order.
     #[test]
     fn chart_metrics_are_figures() {
-        for m in super::METRICS {
+        assert_eq!(
+            super::metrics(),
+            [
+                "makespan_us",
+                "compute_us",
+                "comm_us",
+                "exposed_comm_us",
+                "max_exposed_comm_us",
+                "overlap_efficiency_ratio",
+                "mfu_ratio",
+                "speedup_vs_sequential_x",
+                "events",
+                "tokens_per_s",
+            ]
+        );
+        for m in super::metrics() {
             assert!(crate::report::FIGURES.contains(&m), "{m}");
         }
     }

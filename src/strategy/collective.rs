@@ -624,7 +624,8 @@ impl Builder<'_> {
         // link fairly, so more chunks in flight than the latency needs stretch every
         // hop of the pipeline (8 nodes of dgx-h100, 1 GiB all-reduce, Simple: 294 GB/s
         // busbw with 8 in flight, 319 with 2; NCCL's model 327).
-        let chunk = split(bytes, ch)[0].div_ceil(chunks.max(1)) as f64 * nc.wire.factor;
+        let parts = split(bytes, ch);
+        let chunk = parts[0].div_ceil(chunks.max(1)) as f64 * nc.wire.factor;
         let t_chunk = chunk / nc.channel_bw;
         let slots = if t_chunk > 0.0 && t_chunk.is_finite() {
             ((nc.wire.inter_step_latency / t_chunk).ceil() + 1.0).clamp(2.0, NCCL_STEPS as f64)
@@ -632,7 +633,7 @@ impl Builder<'_> {
         } else {
             2
         };
-        for (c, part) in split(bytes, ch).into_iter().enumerate() {
+        for (c, part) in parts.into_iter().enumerate() {
             let c = c as u64;
             let t = if ch >= 2 * g { (c / g) % 2 } else { c % 2 };
             let x = c % g;

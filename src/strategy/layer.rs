@@ -262,6 +262,16 @@ pub struct Net<'a> {
     pub nccl: &'a crate::cost::nccl::NcclConfig,
 }
 
+impl Net<'_> {
+    /// The node of each of the GPUs `members`.
+    fn nodes(&self, members: &[u32]) -> Vec<u64> {
+        members
+            .iter()
+            .map(|&r| self.topo.node_of(r as usize) as u64)
+            .collect()
+    }
+}
+
 /// Within-shard row range [lo, hi) (in units of 1/(K·N) of a shard, K·N = `den`) and the
 /// shards a token block covers: all of them for sequential/chunked blocks (a strided
 /// piece of every shard), one for the per-rank blocks of flash, direct, permute-loop.
@@ -1185,10 +1195,7 @@ pub fn build(
                         crate::cost::nccl::NcclColl::ReduceScatter,
                         bucket,
                     )?;
-                    let nodes = members
-                        .iter()
-                        .map(|&r| net.topo.node_of(r as usize) as u64)
-                        .collect();
+                    let nodes = net.nodes(&members);
                     Some((ch.count, wire, members, nodes))
                 })
                 .collect()
@@ -1283,10 +1290,7 @@ pub fn build(
             .saturating_mul(s.dtype.bytes());
         for g in 0..c.groups.len() {
             let members = c.groups[g].ranks.clone();
-            let nodes: Vec<u64> = members
-                .iter()
-                .map(|&r| net.topo.node_of(r as usize) as u64)
-                .collect();
+            let nodes = net.nodes(&members);
             if nodes.iter().all(|&x| x == nodes[0]) {
                 continue;
             }

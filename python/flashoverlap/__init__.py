@@ -23,6 +23,7 @@ __all__ = [
     "Collective",
     "Results",
     "Timeline",
+    "Validation",
     "arguments",
     "collective",
     "sweep",
@@ -30,6 +31,7 @@ __all__ = [
     "load_timeline",
     "presets",
     "simulate",
+    "validate",
 ]
 
 __version__: str = _core.__version__
@@ -322,8 +324,51 @@ def sweep(
 
 def load_timeline(path: str) -> Timeline:
     """Read a timeline file (``timeline-<strategy>.json`` of ``simulate --out``, or the
-    ``timeline-measured.json`` of ``run``), validated as ``plot`` and ``validate`` read it."""
+    ``measured-<strategy>.json`` and ``predicted-<strategy>.json`` of ``run --out``),
+    checked as ``plot`` and ``validate`` read it."""
     return Timeline(json.loads(_core.load_timeline(str(path))))
+
+
+class Validation:
+    """What ``validate`` returns: ``cases``, one comparison per (run directory, strategy)
+    as the command's JSON has them (``case``, ``strategy``, ``predicted_makespan_us``,
+    ``measured_makespan_us``, ``makespan_error_pct``, ``classes`` per op class, ...),
+    ``summary``, ``table`` (what the command prints), ``skipped`` (directories whose
+    ranks shared GPUs, with why) and, when predicted again on another profile,
+    ``predictions``: ``{"<case>/predicted-<strategy>.json": Timeline}``."""
+
+    def __init__(self, doc: Dict[str, Any]):
+        self.document: Dict[str, Any] = doc["validation"]
+        self.cases: List[Dict[str, Any]] = self.document["cases"]
+        self.summary: Dict[str, Any] = self.document["summary"]
+        self.table: str = doc["table"]
+        self.skipped: List[List[str]] = doc["skipped"]
+        self.predictions: Dict[str, Timeline] = {k: Timeline(v) for k, v in doc["predictions"].items()}
+
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
+        return iter(self.cases)
+
+    def __len__(self) -> int:
+        return len(self.cases)
+
+    def __repr__(self) -> str:
+        return f"<Validation: {len(self.cases)} comparisons>"
+
+    def to_pandas(self) -> Any:
+        """One row per comparison: its scalar fields (the per-class rows left out)."""
+        rows = [{k: v for k, v in c.items() if not isinstance(v, (list, dict))} for c in self.cases]
+        return _pandas().DataFrame(rows)
+
+
+def validate(dirs: Union[str, Sequence[str]], hardware: Optional[str] = None, interference: bool = True) -> Validation:
+    """Compare predicted with measured timelines of ``flashoverlap run --out`` directories,
+    as ``flashoverlap validate`` does (no GPU needed). With ``hardware`` (a preset or a
+    profile file) the plans are rebuilt from each ``run.json`` and predicted again on it,
+    with or without the ``interference`` model; otherwise the predictions saved beside
+    the measurements are compared."""
+    if isinstance(dirs, (str, bytes)) or hasattr(dirs, "__fspath__"):
+        dirs = [dirs]  # type: ignore[list-item]
+    return Validation(json.loads(_core.validate([str(d) for d in dirs], hardware, interference)))
 
 
 def presets(kind: Optional[str] = None) -> List[Dict[str, str]]:

@@ -5,8 +5,6 @@
 #![forbid(unsafe_code)]
 
 use flashoverlap::config::{self, Overrides};
-use flashoverlap::timeline::Timeline;
-use flashoverlap::timeline::file::TimelineFile;
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
@@ -320,7 +318,7 @@ fn sweep(
     group_by: Option<Vec<String>>,
     axes: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<String> {
-    use flashoverlap::app::sweep::{self as app, Error};
+    use flashoverlap::app::sweep as app;
     use flashoverlap::sweep::{GridSpec, RunOptions, Shard};
     let bad = |arg: &str, msg: String| PyValueError::new_err(format!("argument ({arg}): {msg}"));
     let mut spec = match grid {
@@ -363,11 +361,7 @@ fn sweep(
         halt_after: None,
         group_by,
     };
-    let s = py.detach(|| app::run(&req, &())).map_err(|e| match e {
-        Error::Input(_) => PyValueError::new_err(chain(&e)),
-        Error::Output(_) => PyOSError::new_err(chain(&e)),
-        Error::Run(_) => PyRuntimeError::new_err(chain(&e)),
-    })?;
+    let s = py.detach(|| app::run(&req, &())).map_err(app_error)?;
     let err = |e: serde_json::Error| PyRuntimeError::new_err(e.to_string());
     Ok(format!(
         "{{\"sweep\": {}, \"csv\": {}, \"summary\": {}}}",
@@ -377,17 +371,75 @@ fn sweep(
     ))
 }
 
-/// A timeline file (predicted or measured), validated as `plot` and `validate` read it;
-/// its JSON.
+/// A use case's error as the Python exception of its kind: bad input a `ValueError` (an
+/// input that could not be read at all an `OSError`), an output that could not be
+/// written an `OSError`, a failed run a `RuntimeError`; the message the command line
+/// prints.
+fn app_error(e: flashoverlap::app::Error) -> PyErr {
+    use flashoverlap::app::Error;
+    let unreadable = e
+        .inner()
+        .downcast_ref::<flashoverlap::app::ReadError>()
+        .is_some();
+    match e {
+        Error::Input(_) if unreadable => PyOSError::new_err(chain(&e)),
+        Error::Input(_) => PyValueError::new_err(chain(&e)),
+        Error::Output(_) => PyOSError::new_err(chain(&e)),
+        Error::Run(_) => PyRuntimeError::new_err(chain(&e)),
+    }
+}
+
+/// A timeline file (predicted or measured), read and checked as `plot` and `validate`
+/// read it; its JSON.
 #[pyfunction]
 fn load_timeline(path: &str) -> PyResult<String> {
-    let text =
-        flashoverlap::io::read_text(std::path::Path::new(path), flashoverlap::io::MAX_DATA_BYTES)
-            .map_err(|e| PyOSError::new_err(format!("{path}: {e}")))?;
-    let f: TimelineFile =
-        serde_json::from_str(&text).map_err(|e| PyValueError::new_err(format!("{path}: {e}")))?;
-    Timeline::try_from(f.clone()).map_err(|e| PyValueError::new_err(format!("{path}: {e}")))?;
+    let f = flashoverlap::app::read_timeline_file(std::path::Path::new(path)).map_err(app_error)?;
     serde_json::to_string(&f).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+}
+
+/// Predicted against measured for `run --out` directories (`flashoverlap validate`);
+/// with `hardware`, the plans predicted again on that profile. JSON of `{"validation":
+/// <the command's JSON>, "table": <its table>, "skipped": [[dir, why]...],
+/// "predictions": {"<case>/predicted-<strategy>.json": <timeline>}}`.
+#[pyfunction]
+#[pyo3(signature = (dirs, hardware = None, interference = true))]
+fn validate(
+    py: Python<'_>,
+    dirs: Vec<String>,
+    hardware: Option<String>,
+    interference: bool,
+) -> PyResult<String> {
+    use flashoverlap::app::validate as app;
+    if !interference && hardware.is_none() {
+        return Err(PyValueError::new_err(
+            "argument (interference): False needs hardware (the saved predictions are compared as they are)",
+        ));
+    }
+    let req = app::Request {
+        dirs: dirs.iter().map(std::path::PathBuf::from).collect(),
+        hardware,
+        no_interference: !interference,
+    };
+    let v = py.detach(|| app::run(&req)).map_err(app_error)?;
+    let skipped: Vec<(String, String)> = v
+        .cases
+        .iter()
+        .filter_map(|c| Some((c.dir.display().to_string(), c.skipped.clone()?)))
+        .collect();
+    let mut predictions = serde_json::Map::new();
+    for (rel, body) in v.prediction_files() {
+        let t: serde_json::Value =
+            serde_json::from_str(&body).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+        predictions.insert(rel.display().to_string(), t);
+    }
+    let err = |e: serde_json::Error| PyRuntimeError::new_err(e.to_string());
+    Ok(format!(
+        "{{\"validation\": {}, \"table\": {}, \"skipped\": {}, \"predictions\": {}}}",
+        v.json(),
+        serde_json::to_string(&v.table()).map_err(err)?,
+        serde_json::to_string(&skipped).map_err(err)?,
+        serde_json::to_string(&predictions).map_err(err)?,
+    ))
 }
 
 /// The embedded presets: (kind, name) pairs.
@@ -415,6 +467,7 @@ fn arguments() -> Vec<&'static str> {
 fn _flashoverlap(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(simulate, m)?)?;
     m.add_function(wrap_pyfunction!(load_timeline, m)?)?;
+    m.add_function(wrap_pyfunction!(validate, m)?)?;
     m.add_function(wrap_pyfunction!(collective, m)?)?;
     m.add_function(wrap_pyfunction!(sweep, m)?)?;
     m.add_function(wrap_pyfunction!(presets, m)?)?;

@@ -139,3 +139,30 @@ def test_sweep_is_the_commands(tmp_path):
     pd = pytest.importorskip("pandas", reason="pandas is not installed")
     df = s.to_pandas()
     assert {"tp", "seq", "strategy", "makespan_us"} <= set(df.columns)
+
+
+RUN = os.path.join(os.path.dirname(__file__), "..", "..", "results", "h200-2026-12-04", "emu-none-llama-ag-gemm-tp8-b3")
+
+
+def test_validate_is_the_commands():
+    v = fo.validate(RUN)
+    assert len(v) > 0 and not v.predictions
+    assert all(c["measured_makespan_us"] > 0 for c in v)
+    assert v.summary and "strategy" in v.table
+    again = fo.validate([RUN], hardware="h200-sxm-8")
+    assert len(again) == len(v)
+    assert len(again.predictions) == len(v)
+    assert all(isinstance(t, fo.Timeline) and len(t) > 0 for t in again.predictions.values())
+    with pytest.raises(OSError, match="run.json"):
+        fo.validate("no/such/run")
+    with pytest.raises(ValueError, match="needs hardware"):
+        fo.validate(RUN, interference=False)
+    exe = os.environ.get("FLASHOVERLAP_BIN")
+    if exe:
+        out = subprocess.run(
+            [exe, "validate", RUN, "--hardware", "h200-sxm-8", "--format", "json"],
+            check=True, capture_output=True, text=True,
+        ).stdout
+        assert json.loads(out) == again.document
+    pytest.importorskip("pandas", reason="pandas is not installed")
+    assert len(again.to_pandas()) == len(again)

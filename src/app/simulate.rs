@@ -9,7 +9,6 @@ use crate::exec::sim::SimOptions;
 use crate::report;
 use crate::scenario::{Scenario, Straggler, VariabilityParams};
 use crate::simulate::{self, RunError, ScenarioRun};
-use crate::timeline::file::TimelineFile;
 
 /// Which clocks a prediction assumes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -121,12 +120,12 @@ impl Simulation {
             .runs
             .iter()
             .map(|r| {
-                let tf = TimelineFile::from(&r.timeline);
-                let mut s = serde_json::to_string(&tf).expect("timeline serializes");
-                s.push('\n');
                 (
-                    format!("timeline-{}.json", r.strategy.to_string().replace(':', "-")),
-                    s,
+                    format!(
+                        "timeline-{}.json",
+                        super::run::stem(&r.strategy.to_string())
+                    ),
+                    crate::timeline::file::to_json(&r.timeline),
                 )
             })
             .collect()

@@ -11,45 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-type Boxed = Box<dyn std::error::Error + Send + Sync>;
-
-/// Why a sweep failed: bad input (the grid, the journal), an output that could not be
-/// written, or a run that failed.
-#[derive(Debug)]
-pub enum Error {
-    Input(Boxed),
-    Output(Boxed),
-    Run(Boxed),
-}
-
-impl Error {
-    fn input(e: impl Into<Boxed>) -> Error {
-        Error::Input(e.into())
-    }
-    fn output(e: impl Into<Boxed>) -> Error {
-        Error::Output(e.into())
-    }
-    fn run(e: impl Into<Boxed>) -> Error {
-        Error::Run(e.into())
-    }
-    fn inner(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
-        match self {
-            Error::Input(e) | Error::Output(e) | Error::Run(e) => e.as_ref(),
-        }
-    }
-}
-
-impl std::fmt::Display for Error {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Display::fmt(self.inner(), f)
-    }
-}
-
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.inner().source()
-    }
-}
+pub use super::Error;
 
 /// What to sweep and where its files go.
 #[derive(Debug, Clone)]
@@ -332,8 +294,7 @@ pub fn merge(
             p.clone()
         };
         let shown = path.display().to_string();
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| Error::input(format!("cannot read {shown}: {e}")))?;
+        let text = super::read_text(&path, crate::io::MAX_DATA_BYTES)?;
         files.push((
             shown.clone(),
             SweepFile::parse(&shown, &text).map_err(Error::input)?,

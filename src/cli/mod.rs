@@ -123,6 +123,16 @@ impl CliError {
     }
 }
 
+/// A use case's error with the exit code its kind maps to.
+pub fn from_app(e: crate::app::Error) -> CliError {
+    use crate::app::Error;
+    match e {
+        Error::Input(e) => CliError::input(e),
+        Error::Output(e) => CliError::output(e),
+        Error::Run(e) => CliError::run(e),
+    }
+}
+
 /// The command definition, with the lists of strategies and workloads in the help
 /// generated from the one list each (`Strategy::NAMES`, `Workload::ALL`) that parsing
 /// and errors use too.

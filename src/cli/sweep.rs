@@ -245,14 +245,6 @@ impl app::Progress for Bar {
     }
 }
 
-fn from_app(e: app::Error) -> CliError {
-    match e {
-        app::Error::Input(e) => CliError::input(e),
-        app::Error::Output(e) => CliError::output(e),
-        app::Error::Run(e) => CliError::run(e),
-    }
-}
-
 fn run_sweep(a: RunArgs) -> Result<(), CliError> {
     let spec = grid_spec(&a)?;
     let shard = a
@@ -281,11 +273,12 @@ fn run_sweep(a: RunArgs) -> Result<(), CliError> {
         group_by: a.group_by.clone(),
     };
     let bar = Bar(progress(0, a.quiet));
-    let s = app::run(&req, &bar).map_err(from_app)?;
+    let s = app::run(&req, &bar).map_err(super::from_app)?;
     emit(a.format, &s.file, &s.summary)
 }
 
 fn merge(m: MergeArgs) -> Result<(), CliError> {
-    let s = app::merge(&m.inputs, &m.out, m.force, m.group_by.as_deref()).map_err(from_app)?;
+    let s =
+        app::merge(&m.inputs, &m.out, m.force, m.group_by.as_deref()).map_err(super::from_app)?;
     emit(m.format, &s.file, &s.summary)
 }

@@ -194,3 +194,11 @@ impl TryFrom<TimelineFile> for Timeline {
         })
     }
 }
+
+/// A timeline's file form as one line of JSON and a newline (`timeline-*.json`,
+/// `measured-*.json`, `predicted-*.json`).
+pub fn to_json(t: &Timeline) -> String {
+    let mut s = serde_json::to_string(&TimelineFile::from(t)).expect("timeline serializes");
+    s.push('\n');
+    s
+}

@@ -12,7 +12,9 @@
 //! instead pipelined down and up the trees.
 
 use super::StrategyError;
-use crate::plan::{OpId, OpKind, OpTag, Plan, PlanBuilder, PlanError, StreamId, StreamKind, Wire};
+pub use super::steps::split;
+use super::steps::{self, tag};
+use crate::plan::{OpId, OpTag, Plan, PlanBuilder, PlanError, StreamId, StreamKind, Wire};
 use std::fmt;
 
 /// Which collective.
@@ -245,20 +247,6 @@ impl From<PlanError> for CollectiveError {
     }
 }
 
-/// `total` split into `parts` nearly equal parts, the first ones one larger.
-pub fn split(total: u64, parts: u64) -> Vec<u64> {
-    let (q, r) = (total / parts, total % parts);
-    (0..parts).map(|i| q + u64::from(i < r)).collect()
-}
-
-fn tag(site: u16, step: u64, slice: u64) -> OpTag {
-    OpTag {
-        site,
-        step: step as u32,
-        slice: slice as u32,
-    }
-}
-
 struct Builder<'a> {
     b: &'a mut PlanBuilder,
     /// Members of the communicator.
@@ -296,22 +284,12 @@ impl Builder<'_> {
         let l = self.b.launch_fused(stream, fused);
         for &(peer, bytes, tag) in sends {
             let peer = self.rank(peer as u64);
-            self.b.add(l, OpKind::Send { peer, bytes, tag }, deps, t)?;
+            steps::send(self.b, l, (peer, bytes, tag), deps, t)?;
         }
         let mut out = Vec::with_capacity(recvs.len());
         for &(peer, bytes, tag) in recvs {
             let peer = self.rank(peer as u64);
-            out.push(self.b.add(
-                l,
-                OpKind::Recv {
-                    peer,
-                    bytes,
-                    tag,
-                    accumulate: false,
-                },
-                deps,
-                t,
-            )?);
+            out.push(steps::recv(self.b, l, (peer, bytes, tag), false, deps, t)?);
         }
         Ok(out)
     }
@@ -1103,7 +1081,7 @@ pub fn build_with(spec: &CollectiveSpec, shift: Option<u32>) -> Result<Plan, Col
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::Op;
+    use crate::plan::{Op, OpKind};
 
     fn spec(op: CollectiveOp, algorithm: Algorithm, ranks: u32, bytes: u64) -> CollectiveSpec {
         CollectiveSpec {

@@ -9,7 +9,9 @@
 
 pub mod collective;
 pub mod layer;
+mod schedule;
 mod sites;
+mod steps;
 
 pub use sites::{Blocks, RankStreams, block_region, piece_row, shard_region};
 

@@ -10,25 +10,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 
 /// The keyword arguments `simulate` takes besides `scenario`, and the scenario key each
-/// sets.
-const ARGUMENTS: [(&str, &str); 16] = [
-    ("model", "model"),
-    ("hardware", "hardware"),
-    ("workload", "workload"),
-    ("tp", "parallel.tp"),
-    ("dp", "parallel.dp"),
-    ("ulysses", "parallel.ulysses"),
-    ("rank_order", "parallel.order"),
-    ("batch", "batch"),
-    ("seq", "seq"),
-    ("micro_batches", "micro_batches"),
-    ("dtype", "dtype"),
-    ("transport", "transport"),
-    ("nodes", "nodes"),
-    ("interference", "interference"),
-    ("sites", "sites"),
-    ("strategies", "strategies"),
-];
+/// sets: the fields of `config::Overrides`, named as its one list names them.
+const ARGUMENTS: [(&str, &str, &str); 16] = config::overrides::FIELDS;
 
 fn known_arguments() -> String {
     ARGUMENTS.map(|a| a.0).join(", ")
@@ -162,7 +145,7 @@ fn simulate(
         }
     };
     let label = |key: &str| {
-        let arg = ARGUMENTS.iter().find(|a| a.1 == key).map_or(key, |a| a.0);
+        let arg = config::overrides::argument_of(key);
         format!("argument ({arg})")
     };
     let (sc, _) = app::scenario(scenario, &o, clocks, &label).map_err(|e| match e {

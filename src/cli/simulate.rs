@@ -163,29 +163,6 @@ pub fn scenario(a: &Args) -> Result<Scenario, CliError> {
     scenario_and_file(a).map(|x| x.0)
 }
 
-/// The flag that sets a scenario key.
-fn flag_of(key: &str) -> &'static str {
-    match key {
-        "model" => "--model",
-        "hardware" => "--hardware",
-        "workload" => "--workload",
-        "parallel.tp" => "--tp",
-        "parallel.dp" => "--dp",
-        "parallel.ulysses" => "--ulysses",
-        "parallel.order" => "--rank-order",
-        "batch" => "--batch",
-        "seq" => "--seq",
-        "micro_batches" => "--micro-batches",
-        "dtype" => "--dtype",
-        "transport" => "--transport",
-        "nodes" => "--nodes",
-        "interference" => "--no-interference",
-        "sites" => "--site",
-        "strategies" => "--strategy",
-        _ => "a flag",
-    }
-}
-
 /// The scenario and the file form it was built from (after the overrides).
 pub fn scenario_and_file(
     a: &Args,
@@ -233,7 +210,7 @@ pub fn scenario_and_file(
         Clocks::Sustained => app::Clocks::Sustained,
     };
     app::scenario(&a.scenario, &o, clocks, &|key| {
-        format!("command line ({})", flag_of(key))
+        format!("command line ({})", config::overrides::flag_of(key))
     })
     .map_err(|e| match e {
         app::Error::NoSustainedClocks { .. } => CliError::input(format!("--clocks sustained: {e}")),

@@ -30,25 +30,37 @@ pub struct Overrides {
     pub strategies: Option<Vec<String>>,
 }
 
-/// The scenario file's keys in the order [`Overrides`] sets them.
-pub const KEYS: [&str; 16] = [
-    "model",
-    "hardware",
-    "workload",
-    "parallel.tp",
-    "parallel.dp",
-    "parallel.ulysses",
-    "parallel.order",
-    "batch",
-    "seq",
-    "micro_batches",
-    "dtype",
-    "transport",
-    "nodes",
-    "interference",
-    "sites",
-    "strategies",
+/// Each field of [`Overrides`]: (its argument name as the Python package takes it, the
+/// scenario file's key it sets, the command-line flag that sets it), in the order
+/// [`Overrides::apply`] sets them. The one list the front ends name fields from.
+pub const FIELDS: [(&str, &str, &str); 16] = [
+    ("model", "model", "--model"),
+    ("hardware", "hardware", "--hardware"),
+    ("workload", "workload", "--workload"),
+    ("tp", "parallel.tp", "--tp"),
+    ("dp", "parallel.dp", "--dp"),
+    ("ulysses", "parallel.ulysses", "--ulysses"),
+    ("rank_order", "parallel.order", "--rank-order"),
+    ("batch", "batch", "--batch"),
+    ("seq", "seq", "--seq"),
+    ("micro_batches", "micro_batches", "--micro-batches"),
+    ("dtype", "dtype", "--dtype"),
+    ("transport", "transport", "--transport"),
+    ("nodes", "nodes", "--nodes"),
+    ("interference", "interference", "--no-interference"),
+    ("sites", "sites", "--site"),
+    ("strategies", "strategies", "--strategy"),
 ];
+
+/// The command-line flag that sets scenario key `key` ("a flag" for another key).
+pub fn flag_of(key: &str) -> &'static str {
+    FIELDS.iter().find(|f| f.1 == key).map_or("a flag", |f| f.2)
+}
+
+/// The Python argument that sets scenario key `key` (the key itself for another).
+pub fn argument_of(key: &str) -> &str {
+    FIELDS.iter().find(|f| f.1 == key).map_or(key, |f| f.0)
+}
 
 impl Overrides {
     /// Apply to `f` (whose paths are already anchored), recording in `o` where each set
@@ -153,7 +165,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("argument `parallel.tp`"), "{e}");
-        // Every key an override sets is one of KEYS.
+        // Every key an override sets is one of FIELDS.
         let all = Overrides {
             model: Some("m".into()),
             hardware: Some("h".into()),
@@ -176,7 +188,7 @@ mod tests {
         let mut origins = Origins::default();
         all.apply(&mut f, &mut origins, &|k| k.to_string());
         let set: Vec<&str> = origins.flags.keys().map(String::as_str).collect();
-        let mut keys = KEYS.to_vec();
+        let mut keys: Vec<&str> = FIELDS.iter().map(|f| f.1).collect();
         keys.sort_unstable();
         assert_eq!(set, keys);
     }

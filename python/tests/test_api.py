@@ -166,3 +166,21 @@ def test_validate_is_the_commands():
         assert json.loads(out) == again.document
     pytest.importorskip("pandas", reason="pandas is not installed")
     assert len(again.to_pandas()) == len(again)
+
+
+def test_readme_python_block_runs_as_written(tmp_path, monkeypatch):
+    """The README's Python examples, run as written in a folder where the files they
+    name exist (`run/` from `simulate --out`, the checked-in `results/`)."""
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    text = open(os.path.join(root, "README.md"), encoding="utf-8").read()
+    blocks = [b.split("```", 1)[0] for b in text.split("```python\n")[1:]]
+    assert blocks, "the README has no Python example"
+    exe = os.environ.get("FLASHOVERLAP_BIN")
+    if not exe:
+        pytest.skip("FLASHOVERLAP_BIN is not set (scripts/test sets it to the built binary)")
+    subprocess.run([exe, "simulate", "--out", str(tmp_path / "run")], check=True, capture_output=True)
+    os.symlink(os.path.abspath(os.path.join(root, "results")), tmp_path / "results")
+    monkeypatch.chdir(tmp_path)
+    pytest.importorskip("pandas", reason="pandas is not installed (the examples call to_pandas)")
+    for b in blocks:
+        exec(compile(b, "README.md", "exec"), {})

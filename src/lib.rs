@@ -16,6 +16,7 @@ pub mod fasthash;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod io;
+pub mod memory;
 pub mod plan;
 pub mod plot;
 pub mod report;

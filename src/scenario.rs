@@ -162,6 +162,9 @@ pub struct GpuSpec {
     /// A compute-bound GEMM's time under sustained load over its time in a short burst
     /// (the power limit lowers the clocks), when measured.
     pub sustained_gemm_slowdown: Option<f64>,
+    /// Device memory, bytes (what `nvidia-smi` reports as total), when the profile
+    /// gives it.
+    pub memory: Option<f64>,
 }
 
 impl GpuSpec {
@@ -372,7 +375,85 @@ pub struct Parallel {
     pub sp: bool,
     pub dp: u64,
     pub ulysses: u64,
+    /// Pipeline stages (workload `step`): the layers split over `pp` stages.
+    pub pp: u64,
+    /// How micro-batches flow through the stages.
+    pub pp_schedule: PpSchedule,
     pub order: RankOrder,
+}
+
+/// A pipeline schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PpSchedule {
+    /// One forward, one backward (PipeDream-Flush, Megatron's default): stage i runs
+    /// P − i warm-up forwards, then alternates, then drains the backwards.
+    #[default]
+    OneFOneB,
+    /// 1F1B over `v` model chunks per stage (Megatron's interleaved schedule): stage i
+    /// holds layers chunks i, i + P, …; the bubble shrinks by `v`.
+    Interleaved(u64),
+    /// Every forward, then every backward.
+    GPipe,
+}
+
+impl PpSchedule {
+    pub fn parse(s: &str) -> Option<PpSchedule> {
+        match s {
+            "1f1b" => Some(PpSchedule::OneFOneB),
+            "gpipe" => Some(PpSchedule::GPipe),
+            _ => {
+                let v: u64 = s.strip_prefix("interleaved:")?.parse().ok()?;
+                (v >= 1).then_some(PpSchedule::Interleaved(v))
+            }
+        }
+    }
+
+    /// Model chunks per stage (1 but for interleaved).
+    pub fn chunks(self) -> u64 {
+        match self {
+            PpSchedule::Interleaved(v) => v,
+            _ => 1,
+        }
+    }
+}
+
+impl fmt::Display for PpSchedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PpSchedule::OneFOneB => write!(f, "1f1b"),
+            PpSchedule::Interleaved(v) => write!(f, "interleaved:{v}"),
+            PpSchedule::GPipe => write!(f, "gpipe"),
+        }
+    }
+}
+
+/// Which activations the backward recomputes instead of keeping (Korthikanti et al.).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Recompute {
+    /// Keep every activation the backward needs.
+    #[default]
+    None,
+    /// Recompute the core attention (scores, softmax, dropout: the s² terms).
+    Selective,
+    /// Keep each layer's input only and recompute the layer in the backward.
+    Full,
+}
+
+impl Recompute {
+    pub const NAMES: [&str; 3] = ["none", "selective", "full"];
+
+    pub fn parse(s: &str) -> Option<Recompute> {
+        match s {
+            "none" => Some(Recompute::None),
+            "selective" => Some(Recompute::Selective),
+            "full" => Some(Recompute::Full),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        Recompute::NAMES[self as usize]
+    }
 }
 
 /// Which parallel degree varies fastest over the ranks (and so over consecutive GPUs).
@@ -384,6 +465,9 @@ pub enum RankOrder {
     TpInner,
     /// Rank = t·dp + d: the replicas of one tensor shard on consecutive GPUs.
     DpInner,
+    /// tp fastest, then the pipeline stages, then Ulysses and dp: a pipeline on
+    /// neighbouring GPUs (see [`Parallel::rank_of4`]).
+    TpPpDp,
 }
 
 impl RankOrder {
@@ -391,6 +475,7 @@ impl RankOrder {
         match s {
             "tp-inner" => Some(RankOrder::TpInner),
             "dp-inner" => Some(RankOrder::DpInner),
+            "tp-pp-dp" => Some(RankOrder::TpPpDp),
             _ => None,
         }
     }
@@ -399,13 +484,31 @@ impl RankOrder {
         match self {
             RankOrder::TpInner => "tp-inner",
             RankOrder::DpInner => "dp-inner",
+            RankOrder::TpPpDp => "tp-pp-dp",
         }
     }
 }
 
 impl Parallel {
+    /// Every rank: tp × ulysses × dp × pp.
     pub fn world(&self) -> u64 {
+        self.tp * self.dp * self.ulysses * self.pp
+    }
+
+    /// The ranks of one pipeline stage: tp × ulysses × dp.
+    pub fn stage_world(&self) -> u64 {
         self.tp * self.dp * self.ulysses
+    }
+
+    /// The plan rank of tensor rank `t`, Ulysses rank `j`, replica `d` of stage `p`:
+    /// [`Parallel::rank_of3`]'s rank within the stage, the stages outermost (`tp-inner`,
+    /// `dp-inner`: Megatron's tp-cp-dp-pp order), or between tp and the rest (`tp-pp-dp`:
+    /// a pipeline's stages on neighbouring GPUs, inside a node when tp × pp fits one).
+    pub fn rank_of4(&self, p: u64, d: u64, j: u64, t: u64) -> u64 {
+        match self.order {
+            RankOrder::TpPpDp => ((d * self.ulysses + j) * self.pp + p) * self.tp + t,
+            _ => p * self.stage_world() + self.rank_of3(d, j, t),
+        }
     }
 
     /// The plan rank of tensor rank `t` of data-parallel replica `d` (Ulysses rank 0).
@@ -418,7 +521,7 @@ impl Parallel {
     /// tp (`dp-inner`).
     pub fn rank_of3(&self, d: u64, j: u64, t: u64) -> u64 {
         match self.order {
-            RankOrder::TpInner => (d * self.ulysses + j) * self.tp + t,
+            RankOrder::TpInner | RankOrder::TpPpDp => (d * self.ulysses + j) * self.tp + t,
             RankOrder::DpInner => (t * self.ulysses + j) * self.dp + d,
         }
     }
@@ -600,6 +703,12 @@ pub struct Scenario {
     /// Model the slowdown of compute beside communication (when the profile has
     /// parameters for it).
     pub interference: bool,
+    /// Activations the backward recomputes (memory; the recomputed forward is costed
+    /// in step plans).
+    pub recompute: Recompute,
+    /// ZeRO stage of the data-parallel sharding of optimizer states (≥ 1), gradients
+    /// (≥ 2) and weights (3), for the memory per GPU.
+    pub zero: u8,
 }
 
 impl Scenario {

@@ -153,12 +153,15 @@ def simulate(
     *,
     timelines: bool = False,
     clocks: str = "burst",
+    allow_oom: bool = False,
     model: Optional[str] = None,
     hardware: Optional[str] = None,
     workload: Optional[str] = None,
     tp: Optional[int] = None,
     dp: Optional[int] = None,
     ulysses: Optional[int] = None,
+    pp: Optional[int] = None,
+    pp_schedule: Optional[str] = None,
     rank_order: Optional[str] = None,
     batch: Optional[int] = None,
     seq: Optional[int] = None,
@@ -167,6 +170,8 @@ def simulate(
     transport: Optional[str] = None,
     nodes: Optional[int] = None,
     interference: Optional[bool] = None,
+    recompute: Optional[str] = None,
+    zero: Optional[int] = None,
     sites: Optional[Dict[str, str]] = None,
     strategies: Optional[Union[str, Sequence[str]]] = None,
 ) -> Results:
@@ -176,7 +181,10 @@ def simulate(
     is ``--site`` as a dict, ``interference=False`` is ``--no-interference``). Paths in
     the scenario file resolve against its folder, paths given here against the working
     directory. ``timelines=True`` also returns each strategy's timeline; ``clocks``:
-    ``"burst"`` (a rested GPU) or ``"sustained"`` (``--clocks sustained``)."""
+    ``"burst"`` (a rested GPU) or ``"sustained"`` (``--clocks sustained``). A layer or
+    step layout that does not fit in its GPUs' memory raises ``ValueError`` unless
+    ``allow_oom=True`` (``--allow-oom``); ``Results.scenario["memory"]`` holds the
+    memory per GPU."""
     kwargs = dict(
         model=model,
         hardware=hardware,
@@ -184,6 +192,8 @@ def simulate(
         tp=tp,
         dp=dp,
         ulysses=ulysses,
+        pp=pp,
+        pp_schedule=pp_schedule,
         rank_order=rank_order,
         batch=batch,
         seq=seq,
@@ -192,11 +202,13 @@ def simulate(
         transport=transport,
         nodes=nodes,
         interference=interference,
+        recompute=recompute,
+        zero=zero,
         sites=sites,
         strategies=list(strategies) if isinstance(strategies, (list, tuple)) else strategies,
     )
     doc = json.loads(
-        _core.simulate(scenario, timelines, clocks, {k: v for k, v in kwargs.items() if v is not None})
+        _core.simulate(scenario, timelines, clocks, allow_oom, {k: v for k, v in kwargs.items() if v is not None})
     )
     tl = {k: Timeline(v) for k, v in doc.get("timelines", {}).items()}
     return Results(doc["results"], tl)
@@ -294,6 +306,7 @@ def sweep(
     resume: bool = False,
     force: bool = False,
     skip_invalid: bool = False,
+    allow_oom: bool = False,
     shard: Optional[str] = None,
     group_by: Optional[Sequence[str]] = None,
     **axes: Any,
@@ -314,6 +327,7 @@ def sweep(
             resume,
             force,
             skip_invalid,
+            allow_oom,
             shard,
             None if group_by is None else list(group_by),
             fields,

@@ -5,7 +5,11 @@ from typing import Any, Dict, List, Optional, Tuple
 __version__: str
 
 def simulate(
-    scenario: str = ..., timelines: bool = ..., clocks: str = ..., kwargs: Optional[Dict[str, Any]] = ...
+    scenario: str = ...,
+    timelines: bool = ...,
+    clocks: str = ...,
+    allow_oom: bool = ...,
+    kwargs: Optional[Dict[str, Any]] = ...,
 ) -> str: ...
 def load_timeline(path: str) -> str: ...
 def validate(dirs: List[str], hardware: Optional[str] = ..., interference: bool = ...) -> str: ...
@@ -32,6 +36,7 @@ def sweep(
     resume: bool = ...,
     force: bool = ...,
     skip_invalid: bool = ...,
+    allow_oom: bool = ...,
     shard: Optional[str] = ...,
     group_by: Optional[List[str]] = ...,
     axes: Optional[Dict[str, Any]] = ...,

@@ -11,7 +11,7 @@ use pyo3::types::{PyDict, PyList, PyString};
 
 /// The keyword arguments `simulate` takes besides `scenario`, and the scenario key each
 /// sets: the fields of `config::Overrides`, named as its one list names them.
-const ARGUMENTS: [(&str, &str, &str); 16] = config::overrides::FIELDS;
+const ARGUMENTS: [(&str, &str, &str); 20] = config::overrides::FIELDS;
 
 fn known_arguments() -> String {
     ARGUMENTS.map(|a| a.0).join(", ")
@@ -73,6 +73,10 @@ fn overrides(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Overrides> {
             "tp" => o.tp = Some(int(arg, &v)?),
             "dp" => o.dp = Some(int(arg, &v)?),
             "ulysses" => o.ulysses = Some(int(arg, &v)?),
+            "pp" => o.pp = Some(int(arg, &v)?),
+            "pp_schedule" => o.pp_schedule = Some(text(arg, &v)?),
+            "recompute" => o.recompute = Some(text(arg, &v)?),
+            "zero" => o.zero = Some(int(arg, &v)?),
             "rank_order" => o.order = Some(text(arg, &v)?),
             "batch" => o.batch = Some(int(arg, &v)?),
             "seq" => o.seq = Some(int(arg, &v)?),
@@ -125,12 +129,13 @@ fn chain(e: &dyn std::error::Error) -> String {
 /// JSON of `{"results": <results.json>, "timelines": {strategy: <timeline file>}}`
 /// (timelines only when asked for).
 #[pyfunction]
-#[pyo3(signature = (scenario = "default", timelines = false, clocks = "burst", kwargs = None))]
+#[pyo3(signature = (scenario = "default", timelines = false, clocks = "burst", allow_oom = false, kwargs = None))]
 fn simulate(
     py: Python<'_>,
     scenario: &str,
     timelines: bool,
     clocks: &str,
+    allow_oom: bool,
     kwargs: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<String> {
     use flashoverlap::app::simulate::{self as app, Clocks};
@@ -154,9 +159,14 @@ fn simulate(
         }
         e => PyValueError::new_err(chain(&e)),
     })?;
-    let sim = py
-        .detach(|| app::run(sc, &app::Options::default()))
-        .map_err(|e| PyRuntimeError::new_err(chain(&e)))?;
+    let opts = app::Options {
+        allow_oom,
+        ..app::Options::default()
+    };
+    let sim = py.detach(|| app::run(sc, &opts)).map_err(|e| match e {
+        app::Error::OutOfMemory(_) => PyValueError::new_err(chain(&e)),
+        e => PyRuntimeError::new_err(chain(&e)),
+    })?;
     // results.json as the command writes it (its key order kept), then the timelines.
     let mut doc = format!("{{\"results\": {}", sim.json());
     if timelines {
@@ -283,6 +293,7 @@ fn axis_values(arg: &str, v: &Bound<'_, PyAny>) -> PyResult<String> {
     resume = false,
     force = false,
     skip_invalid = false,
+    allow_oom = false,
     shard = None,
     group_by = None,
     axes = None
@@ -297,6 +308,7 @@ fn sweep(
     resume: bool,
     force: bool,
     skip_invalid: bool,
+    allow_oom: bool,
     shard: Option<&str>,
     group_by: Option<Vec<String>>,
     axes: Option<&Bound<'_, PyDict>>,
@@ -340,6 +352,7 @@ fn sweep(
         options: RunOptions {
             max_events: flashoverlap::exec::sim::SimOptions::default().max_events,
             skip_invalid,
+            allow_oom,
         },
         halt_after: None,
         group_by,

@@ -7,7 +7,7 @@
 use crate::config::{ConfigError, Overrides, ScenarioFile};
 use crate::exec::sim::SimOptions;
 use crate::report;
-use crate::scenario::{Scenario, Straggler, VariabilityParams};
+use crate::scenario::{Scenario, Straggler, VariabilityParams, Workload};
 use crate::simulate::{self, RunError, ScenarioRun};
 
 /// Which clocks a prediction assumes.
@@ -29,6 +29,9 @@ pub struct Options {
     pub stragglers: Vec<Straggler>,
     /// Jittered samples: the jitter, how many, the seed.
     pub samples: Option<(VariabilityParams, u64, u64)>,
+    /// Simulate a layout that does not fit in its GPUs' memory instead of refusing it
+    /// (the outputs mark it).
+    pub allow_oom: bool,
 }
 
 impl Default for Options {
@@ -37,6 +40,7 @@ impl Default for Options {
             max_events: SimOptions::default().max_events,
             stragglers: Vec::new(),
             samples: None,
+            allow_oom: false,
         }
     }
 }
@@ -50,6 +54,9 @@ pub enum Error {
         "hardware profile `{hardware}` has no gpu.sustained_gemm_slowdown (`flashoverlap calibrate` measures it)"
     )]
     NoSustainedClocks { hardware: String },
+    /// A layer or step layout that does not fit in its GPUs' memory.
+    #[error(transparent)]
+    OutOfMemory(#[from] crate::memory::OutOfMemory),
     #[error(transparent)]
     Run(#[from] RunError),
 }
@@ -84,6 +91,9 @@ pub struct Simulation {
 
 /// Run `sc` under each of its strategies (and its jittered samples, when asked).
 pub fn run(sc: Scenario, opts: &Options) -> Result<Simulation, Error> {
+    if !opts.allow_oom && matches!(sc.workload, Workload::Layer | Workload::Step) {
+        crate::memory::check(&sc)?;
+    }
     let sim = SimOptions {
         record_links: true,
         max_events: opts.max_events,

@@ -35,10 +35,29 @@ pub struct Args {
     /// Ulysses (sequence-parallel attention) degree (workloads `layer` and `step`).
     #[arg(long, value_parser = parse_count)]
     pub ulysses: Option<i64>,
-    /// How ranks map onto GPUs: `tp-inner` (a tensor-parallel group on consecutive
-    /// GPUs, inside a node; data parallelism across nodes) or `dp-inner`.
+    /// Pipeline stages (workload `step`): the layers split evenly over them.
+    #[arg(long, value_parser = parse_count)]
+    pub pp: Option<i64>,
+    /// Pipeline schedule: `1f1b` (default), `interleaved:V` (V model chunks per stage)
+    /// or `gpipe`.
+    #[arg(long)]
+    pub pp_schedule: Option<String>,
+    /// How ranks map onto GPUs: `tp-inner` (tp fastest, then ulysses, dp, pp: a
+    /// tensor-parallel group on consecutive GPUs, inside a node; Megatron's order),
+    /// `dp-inner` (dp fastest) or `tp-pp-dp` (a pipeline's stages on neighbouring GPUs).
     #[arg(long)]
     pub rank_order: Option<String>,
+    /// Activation recomputation: `none`, `selective` (the core attention) or `full`
+    /// (each layer's forward again in the backward).
+    #[arg(long)]
+    pub recompute: Option<String>,
+    /// ZeRO stage (0–3) of the data-parallel sharding, for the memory per GPU (default 3).
+    #[arg(long)]
+    pub zero: Option<i64>,
+    /// Simulate a layout that does not fit in its GPUs' memory (marked in the output)
+    /// instead of refusing it.
+    #[arg(long)]
+    pub allow_oom: bool,
     /// Batch size (sequences).
     #[arg(long, value_parser = parse_count)]
     pub batch: Option<i64>,
@@ -194,6 +213,8 @@ pub fn scenario_and_file(
         tp: a.tp,
         dp: a.dp,
         ulysses: a.ulysses,
+        pp: a.pp,
+        pp_schedule: a.pp_schedule.clone(),
         order: a.rank_order.clone(),
         batch: a.batch,
         seq: a.seq,
@@ -202,6 +223,8 @@ pub fn scenario_and_file(
         transport: a.transport.clone(),
         nodes: a.nodes,
         interference: a.no_interference.then_some(false),
+        recompute: a.recompute.clone(),
+        zero: a.zero,
         sites,
         strategies: (!a.strategies.is_empty()).then(|| a.strategies.clone()),
     };
@@ -248,6 +271,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
         max_events: a.max_events,
         stragglers,
         samples,
+        allow_oom: a.allow_oom,
     };
     let sim = app::run(sc, &opts).map_err(|e| match e {
         app::Error::Run(e) => CliError::run(e),

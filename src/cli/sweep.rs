@@ -129,6 +129,10 @@ pub struct RunArgs {
     /// instead of stopping.
     #[arg(long)]
     pub skip_invalid: bool,
+    /// Simulate points that do not fit in their GPUs' memory (else their rows say "does
+    /// not fit" and carry no figures).
+    #[arg(long)]
+    pub allow_oom: bool,
     /// Summary groups: these fields (default: the swept fields that are not choices —
     /// everything but strategy, parallel degrees and transport).
     #[arg(long, value_delimiter = ',')]
@@ -268,6 +272,7 @@ fn run_sweep(a: RunArgs) -> Result<(), CliError> {
         options: RunOptions {
             max_events: a.max_events,
             skip_invalid: a.skip_invalid,
+            allow_oom: a.allow_oom,
         },
         halt_after: a.halt_after,
         group_by: a.group_by.clone(),

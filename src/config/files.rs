@@ -109,6 +109,9 @@ pub struct GpuFile {
     /// power limit's clocks) than in a short burst; written by `calibrate`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sustained_gemm_slowdown: Option<f64>,
+    /// Device memory, GiB (2^30 bytes), as `nvidia-smi` reports the total.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_gib: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -293,6 +296,28 @@ pub struct ScenarioFile {
     /// Model compute slowdown beside communication (where the profile gives parameters).
     #[serde(default = "yes")]
     pub interference: bool,
+    /// Activation recomputation: `none`, `selective` or `full`.
+    #[serde(default = "recompute_none", skip_serializing_if = "is_none_text")]
+    pub recompute: String,
+    /// ZeRO stage (0–3) of the data-parallel sharding, for the memory per GPU.
+    #[serde(default = "zero_3", skip_serializing_if = "is_three")]
+    pub zero: i64,
+}
+
+fn recompute_none() -> String {
+    "none".into()
+}
+
+fn is_none_text(v: &str) -> bool {
+    v == "none"
+}
+
+fn zero_3() -> i64 {
+    3
+}
+
+fn is_three(v: &i64) -> bool {
+    *v == 3
 }
 
 fn is_one(v: &i64) -> bool {
@@ -320,9 +345,23 @@ pub struct ParallelFile {
     pub dp: i64,
     #[serde(default = "one_i")]
     pub ulysses: i64,
-    /// `tp-inner` (default) or `dp-inner`: which degree varies fastest over the ranks.
+    /// Pipeline stages (workload `step`).
+    #[serde(default = "one_i", skip_serializing_if = "is_one")]
+    pub pp: i64,
+    /// `1f1b` (default), `interleaved:V` or `gpipe`.
+    #[serde(default = "one_f_one_b", skip_serializing_if = "is_1f1b")]
+    pub pp_schedule: String,
+    /// `tp-inner` (default), `dp-inner` or `tp-pp-dp`: how ranks map onto GPUs.
     #[serde(default = "tp_inner")]
     pub order: String,
+}
+
+fn one_f_one_b() -> String {
+    "1f1b".into()
+}
+
+fn is_1f1b(v: &str) -> bool {
+    v == "1f1b"
 }
 
 fn tp_inner() -> String {

@@ -17,6 +17,8 @@ pub struct Overrides {
     pub tp: Option<i64>,
     pub dp: Option<i64>,
     pub ulysses: Option<i64>,
+    pub pp: Option<i64>,
+    pub pp_schedule: Option<String>,
     pub order: Option<String>,
     pub batch: Option<i64>,
     pub seq: Option<i64>,
@@ -25,6 +27,8 @@ pub struct Overrides {
     pub transport: Option<String>,
     pub nodes: Option<i64>,
     pub interference: Option<bool>,
+    pub recompute: Option<String>,
+    pub zero: Option<i64>,
     /// Per-site strategies, added to the file's `[sites]`.
     pub sites: Vec<(String, String)>,
     pub strategies: Option<Vec<String>>,
@@ -33,13 +37,15 @@ pub struct Overrides {
 /// Each field of [`Overrides`]: (its argument name as the Python package takes it, the
 /// scenario file's key it sets, the command-line flag that sets it), in the order
 /// [`Overrides::apply`] sets them. The one list the front ends name fields from.
-pub const FIELDS: [(&str, &str, &str); 16] = [
+pub const FIELDS: [(&str, &str, &str); 20] = [
     ("model", "model", "--model"),
     ("hardware", "hardware", "--hardware"),
     ("workload", "workload", "--workload"),
     ("tp", "parallel.tp", "--tp"),
     ("dp", "parallel.dp", "--dp"),
     ("ulysses", "parallel.ulysses", "--ulysses"),
+    ("pp", "parallel.pp", "--pp"),
+    ("pp_schedule", "parallel.pp_schedule", "--pp-schedule"),
     ("rank_order", "parallel.order", "--rank-order"),
     ("batch", "batch", "--batch"),
     ("seq", "seq", "--seq"),
@@ -48,6 +54,8 @@ pub const FIELDS: [(&str, &str, &str); 16] = [
     ("transport", "transport", "--transport"),
     ("nodes", "nodes", "--nodes"),
     ("interference", "interference", "--no-interference"),
+    ("recompute", "recompute", "--recompute"),
+    ("zero", "zero", "--zero"),
     ("sites", "sites", "--site"),
     ("strategies", "strategies", "--strategy"),
 ];
@@ -83,6 +91,12 @@ impl Overrides {
         put!(f.parallel.tp, self.tp, "parallel.tp");
         put!(f.parallel.dp, self.dp, "parallel.dp");
         put!(f.parallel.ulysses, self.ulysses, "parallel.ulysses");
+        put!(f.parallel.pp, self.pp, "parallel.pp");
+        put!(
+            f.parallel.pp_schedule,
+            self.pp_schedule,
+            "parallel.pp_schedule"
+        );
         put!(f.parallel.order, self.order, "parallel.order");
         put!(f.batch, self.batch, "batch");
         put!(f.seq, self.seq, "seq");
@@ -94,6 +108,8 @@ impl Overrides {
             set("nodes");
         }
         put!(f.interference, self.interference, "interference");
+        put!(f.recompute, self.recompute, "recompute");
+        put!(f.zero, self.zero, "zero");
         for (k, v) in &self.sites {
             f.sites.insert(k.trim().to_string(), v.trim().to_string());
             set("sites");
@@ -173,6 +189,8 @@ mod tests {
             tp: Some(1),
             dp: Some(1),
             ulysses: Some(1),
+            pp: Some(1),
+            pp_schedule: Some("1f1b".into()),
             order: Some("o".into()),
             batch: Some(1),
             seq: Some(1),
@@ -181,6 +199,8 @@ mod tests {
             transport: Some("t".into()),
             nodes: Some(1),
             interference: Some(false),
+            recompute: Some("full".into()),
+            zero: Some(1),
             sites: vec![("fc2".into(), "flash".into())],
             strategies: Some(vec![]),
         };

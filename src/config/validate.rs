@@ -222,6 +222,10 @@ pub fn hardware_from_file(file: &str, h: HardwareFile) -> R<Hardware> {
                 ));
             }
         },
+        memory: match g.memory_gib {
+            None => None,
+            Some(v) => Some(positive_f(file, "gpu.memory_gib", v)? * (1u64 << 30) as f64),
+        },
         elementwise: ElementwiseParams {
             efficiency: fraction(file, "gpu.elementwise.efficiency", g.elementwise.efficiency)?,
             launch: non_negative_f(file, "gpu.elementwise.launch_us", g.elementwise.launch_us)?
@@ -619,26 +623,29 @@ pub fn scenario_from_file(
     let tp = positive(&at("parallel.tp"), "parallel.tp", p.tp)?;
     let dp = positive(&at("parallel.dp"), "parallel.dp", p.dp)?;
     let ulysses = positive(&at("parallel.ulysses"), "parallel.ulysses", p.ulysses)?;
+    let pp = positive(&at("parallel.pp"), "parallel.pp", p.pp)?;
     // Every product of the degrees below stays far from overflow: no machine has more
     // than 2^32 GPUs. Blame the largest degree (the one most likely mistyped).
     if tp
         .checked_mul(ulysses)
         .and_then(|x| x.checked_mul(dp))
+        .and_then(|x| x.checked_mul(pp))
         .is_none_or(|w| w > MAX_WORLD)
     {
         let (key, v) = [
             ("parallel.tp", tp),
             ("parallel.ulysses", ulysses),
             ("parallel.dp", dp),
+            ("parallel.pp", pp),
         ]
         .into_iter()
         .max_by_key(|x| x.1)
-        .expect("three degrees");
+        .expect("four degrees");
         return Err(ConfigError::invalid(
             &at(key),
             key,
             v,
-            format!("tp × ulysses × dp = {tp} × {ulysses} × {dp} ranks is beyond 2^32"),
+            format!("tp × ulysses × dp × pp = {tp} × {ulysses} × {dp} × {pp} ranks is beyond 2^32"),
         ));
     }
     let order = crate::scenario::RankOrder::parse(&p.order).ok_or_else(|| {
@@ -646,7 +653,15 @@ pub fn scenario_from_file(
             &at("parallel.order"),
             "parallel.order",
             &p.order,
-            "unknown rank order (known: tp-inner, dp-inner)",
+            "unknown rank order (known: tp-inner, dp-inner, tp-pp-dp)",
+        )
+    })?;
+    let pp_schedule = crate::scenario::PpSchedule::parse(&p.pp_schedule).ok_or_else(|| {
+        ConfigError::invalid(
+            &at("parallel.pp_schedule"),
+            "parallel.pp_schedule",
+            &p.pp_schedule,
+            "unknown pipeline schedule (known: 1f1b, interleaved:V with V ≥ 1, gpipe)",
         )
     })?;
     let parallel = Parallel {
@@ -654,6 +669,8 @@ pub fn scenario_from_file(
         sp: p.sp,
         dp,
         ulysses,
+        pp,
+        pp_schedule,
         order,
     };
     if !p.sp {
@@ -727,6 +744,56 @@ pub fn scenario_from_file(
         ));
     }
     let micro_batches = positive(&at("micro_batches"), "micro_batches", s.micro_batches)?;
+    if pp > 1 && workload != Workload::Step {
+        return Err(ConfigError::invalid(
+            &at("parallel.pp"),
+            "parallel.pp",
+            pp,
+            format!(
+                "pipeline stages split a training step's layers; workload `{}` has none to split (use workload step)",
+                workload.name()
+            ),
+        ));
+    }
+    let chunks = pp_schedule.chunks();
+    if pp > 1 && model.layers % (pp * chunks) != 0 {
+        return Err(ConfigError::invalid(
+            &at("parallel.pp"),
+            "parallel.pp",
+            pp,
+            format!(
+                "pp × model chunks per stage = {pp} × {chunks} must divide the model's {} layers",
+                model.layers
+            ),
+        ));
+    }
+    if pp > 1 && chunks > 1 && micro_batches % pp != 0 {
+        return Err(ConfigError::invalid(
+            &at("micro_batches"),
+            "micro_batches",
+            micro_batches,
+            format!("the interleaved schedule needs a multiple of pp = {pp} micro-batches"),
+        ));
+    }
+    let recompute = crate::scenario::Recompute::parse(&s.recompute).ok_or_else(|| {
+        ConfigError::invalid(
+            &at("recompute"),
+            "recompute",
+            &s.recompute,
+            format!(
+                "unknown recomputation (known: {})",
+                crate::scenario::Recompute::NAMES.join(", ")
+            ),
+        )
+    })?;
+    if !(0..=3).contains(&s.zero) {
+        return Err(ConfigError::invalid(
+            &at("zero"),
+            "zero",
+            s.zero,
+            "a ZeRO stage is 0, 1, 2 or 3",
+        ));
+    }
     if whole {
         let heads_split = tp * ulysses;
         if model.kv_heads % heads_split != 0 && heads_split % model.kv_heads != 0 {
@@ -782,8 +849,18 @@ pub fn scenario_from_file(
             "parallel.tp",
             tp,
             format!(
-                "tp × dp × ulysses = {tp} × {dp} × {ulysses} = {} ranks, but hardware `{}` has {} GPUs",
-                parallel.world(),
+                "{} ranks, but hardware `{}` has {} GPUs",
+                if pp > 1 {
+                    format!(
+                        "tp × dp × ulysses × pp = {tp} × {dp} × {ulysses} × {pp} = {}",
+                        parallel.world()
+                    )
+                } else {
+                    format!(
+                        "tp × dp × ulysses = {tp} × {dp} × {ulysses} = {}",
+                        parallel.world()
+                    )
+                },
                 hardware.name,
                 hardware.topology.gpu_count()
             ),
@@ -942,5 +1019,7 @@ pub fn scenario_from_file(
         site_strategies,
         transport,
         interference: s.interference,
+        recompute,
+        zero: s.zero as u8,
     })
 }

@@ -343,6 +343,7 @@ mod tests {
                 measured: Vec::new(),
             },
             sustained_gemm_slowdown: None,
+            memory: None,
             elementwise: ElementwiseParams {
                 efficiency: 0.9,
                 launch: 0.0,

@@ -125,6 +125,11 @@ fn value(r: &Row, name: &str) -> Option<Val> {
             "dtype" => t(&i.dtype),
             "transport" => t(&i.transport),
             "interference" => Some(Val::Text(i.interference.to_string())),
+            "pp" => n(i.pp),
+            "micro_batches" => n(i.micro_batches),
+            "global_batch" => n(i.global_batch),
+            "memory_gib" => i.memory_gib.map(Val::Num),
+            "fits" => Some(Val::Text(i.fits.to_string())),
             _ => None,
         };
         if v.is_some() {

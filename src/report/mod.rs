@@ -93,6 +93,82 @@ pub struct ScenarioSummary {
     pub ranks: Option<RankMap>,
     /// The GPUs the run places ranks on, of all the hardware profile has.
     pub gpus: GpuUse,
+    /// Memory per GPU at the peak (layers and steps).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryReport>,
+}
+
+/// Memory per GPU at the peak, GiB (see `memory`).
+#[derive(Debug, Clone, Serialize)]
+pub struct MemoryReport {
+    pub peak_gib: f64,
+    /// The GPU's memory, when the profile gives it.
+    pub capacity_gib: Option<f64>,
+    pub fits: bool,
+    pub recompute: String,
+    pub zero: u8,
+    /// The pipeline stage at the peak.
+    pub stage: u64,
+    /// Layers' worth of one micro-batch's activations held there.
+    pub layers_in_flight: f64,
+    pub breakdown_gib: std::collections::BTreeMap<String, f64>,
+}
+
+/// Round GiB to 1 KiB so printed figures do not carry float noise.
+fn gib(bytes: f64) -> f64 {
+    (crate::memory::gib(bytes) * (1u64 << 20) as f64).round() / (1u64 << 20) as f64
+}
+
+/// The memory report of a layer or step scenario.
+pub fn memory_report(sc: &Scenario) -> Option<MemoryReport> {
+    if !matches!(sc.workload, Workload::Layer | Workload::Step) {
+        return None;
+    }
+    let m = crate::memory::per_gpu(sc);
+    Some(MemoryReport {
+        peak_gib: gib(m.total()),
+        capacity_gib: m.capacity.map(gib),
+        fits: m.fits(),
+        recompute: sc.recompute.name().into(),
+        zero: if sc.parallel.dp * sc.parallel.ulysses > 1 {
+            sc.zero
+        } else {
+            0
+        },
+        stage: m.stage,
+        layers_in_flight: m.layers_in_flight,
+        breakdown_gib: m
+            .parts()
+            .iter()
+            .map(|(k, v)| (k.to_string(), gib(*v)))
+            .collect(),
+    })
+}
+
+/// The table's memory line.
+fn memory_line(sc: &Scenario) -> Option<String> {
+    let r = memory_report(sc)?;
+    let m = crate::memory::per_gpu(sc);
+    let of = match r.capacity_gib {
+        Some(c) => format!(
+            "{:.1} of {c:.1} GiB{}",
+            r.peak_gib,
+            if r.fits { "" } else { " — DOES NOT FIT" }
+        ),
+        None => format!("{:.1} GiB (the profile gives no capacity)", r.peak_gib),
+    };
+    let stage = if sc.parallel.pp > 1 {
+        format!("stage {}, ", r.stage)
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "memory per GPU: {of} ({}; {stage}{:.1} layers of activations in flight, recompute {}, ZeRO-{})\n",
+        m.describe(),
+        r.layers_in_flight,
+        r.recompute,
+        r.zero
+    ))
 }
 
 /// How much of the machine a run covers.
@@ -269,6 +345,7 @@ pub fn summary(sc: &Scenario) -> ScenarioSummary {
         interference: interference_on(sc),
         ranks: rank_map(sc),
         gpus: gpu_use(sc),
+        memory: memory_report(sc),
     }
 }
 
@@ -357,6 +434,18 @@ pub fn rank_map(sc: &Scenario) -> Option<RankMap> {
             format!(
                 "tensor rank t: ranks t + {tp}·g over the {} groups g = d·{u} + j",
                 dp * u
+            ),
+        ),
+        crate::scenario::RankOrder::TpPpDp => (
+            format!(
+                "(replica d, Ulysses rank j, stage p): ranks {tp}·((d·{u} + j)·{pp} + p) .. + {}",
+                tp - 1,
+                pp = p.pp
+            ),
+            format!(
+                "tensor rank t of stage p: ranks t + {tp}·(p + {pp}·g) over the {} groups g = d·{u} + j",
+                dp * u,
+                pp = p.pp
             ),
         ),
         crate::scenario::RankOrder::DpInner => (
@@ -471,6 +560,9 @@ pub fn table(sc: &Scenario, run: &ScenarioRun) -> String {
         ));
     }
     if let Some(line) = idle_gpus_line(sc) {
+        out.push_str(&line);
+    }
+    if let Some(line) = memory_line(sc) {
         out.push_str(&line);
     }
     if !sc.site_strategies.is_empty() {

@@ -151,6 +151,11 @@ fn layer_plan(
     strategy: Strategy,
     symmetric: bool,
 ) -> Result<Plan, StrategyError> {
+    if sc.parallel.pp > 1 {
+        return Err(StrategyError::Unsupported(
+            "pipeline-parallel plans (pp > 1) are not built yet; the memory model already counts their stages",
+        ));
+    }
     let shape = layer::LayerShape::of(sc);
     let step = workload == Workload::Step;
     let topo = &sc.hardware.topology;

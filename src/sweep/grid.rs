@@ -20,6 +20,8 @@ const ALIASES: &[(&str, &str)] = &[
     ("tp", "parallel.tp"),
     ("dp", "parallel.dp"),
     ("ulysses", "parallel.ulysses"),
+    ("pp", "parallel.pp"),
+    ("pp_schedule", "parallel.pp_schedule"),
     ("sp", "parallel.sp"),
     ("strategies", "strategy"),
 ];
@@ -32,6 +34,11 @@ const CHOICES: &[&str] = &[
     "parallel.dp",
     "parallel.ulysses",
     "parallel.sp",
+    "parallel.pp",
+    "parallel.pp_schedule",
+    "parallel.order",
+    "recompute",
+    "zero",
     "transport",
 ];
 
@@ -577,11 +584,11 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("colour") && e.contains("unknown field"), "{e}");
-        let e = Grid::new(&spec(&[("parallel.pp", &["2"])]))
+        let e = Grid::new(&spec(&[("parallel.cp", &["2"])]))
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("parallel.pp") && e.contains("unknown field"),
+            e.contains("parallel.cp") && e.contains("unknown field"),
             "{e}"
         );
         let e = Grid::new(&spec(&[("tp", &[])])).unwrap_err().to_string();

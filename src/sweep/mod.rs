@@ -86,11 +86,39 @@ pub struct RowInputs {
     pub transport: String,
     /// Interference modelled (asked for and the profile has parameters).
     pub interference: bool,
+    /// Pipeline stages.
+    #[serde(default = "one")]
+    pub pp: u64,
+    /// Micro-batches per step (1 but for steps).
+    #[serde(default = "one")]
+    pub micro_batches: u64,
+    /// Sequences per step over every replica: batch × micro-batches × dp.
+    #[serde(default)]
+    pub global_batch: u64,
+    /// Memory per GPU at the peak, GiB (layers and steps).
+    #[serde(default)]
+    pub memory_gib: Option<f64>,
+    /// Whether that fits the GPUs' memory (true when unknown).
+    #[serde(default = "yes")]
+    pub fits: bool,
+}
+
+fn one() -> u64 {
+    1
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl RowInputs {
     fn of(sc: &Scenario) -> RowInputs {
         let s = report::summary(sc);
+        let mbs = if sc.workload == crate::scenario::Workload::Step {
+            sc.micro_batches
+        } else {
+            1
+        };
         RowInputs {
             workload: s.workload,
             model: s.model,
@@ -106,6 +134,11 @@ impl RowInputs {
             dtype: s.dtype,
             transport: s.transport,
             interference: s.interference,
+            pp: sc.parallel.pp,
+            micro_batches: mbs,
+            global_batch: sc.batch * mbs * sc.parallel.dp,
+            memory_gib: s.memory.as_ref().map(|m| m.peak_gib),
+            fits: s.memory.as_ref().is_none_or(|m| m.fits),
         }
     }
 }
@@ -131,6 +164,9 @@ pub struct RunOptions {
     pub max_events: u64,
     /// Record invalid points and failed runs as rows with an error instead of stopping.
     pub skip_invalid: bool,
+    /// Simulate points that do not fit in their GPUs' memory (else their rows say so and
+    /// carry no figures).
+    pub allow_oom: bool,
 }
 
 /// Simulate scenario point `p` of `grid` under every strategy: the rows
@@ -167,6 +203,28 @@ pub fn run_point(grid: &Grid, p: u64, opts: &RunOptions) -> Result<Vec<Row>, Swe
         Err(e) => return fail(e, None),
     };
     let inputs = RowInputs::of(&sc);
+    // A layout that does not fit is a finding, not a failure: its rows say so.
+    if !opts.allow_oom
+        && let Err(e) = crate::memory::check(&sc)
+        && matches!(
+            sc.workload,
+            crate::scenario::Workload::Layer | crate::scenario::Workload::Step
+        )
+    {
+        return Ok(grid
+            .strategies
+            .iter()
+            .enumerate()
+            .map(|(k, st)| Row {
+                point: p * s + k as u64,
+                axes: axes.clone(),
+                inputs: Some(inputs.clone()),
+                strategy: st.to_string(),
+                metrics: None,
+                error: Some(e.to_string()),
+            })
+            .collect());
+    }
     let sim = SimOptions {
         record_links: false,
         max_events: opts.max_events,
@@ -256,6 +314,7 @@ mod tests {
         let opts = RunOptions {
             max_events: 1 << 30,
             skip_invalid: false,
+            allow_oom: false,
         };
         let rows = run_point(&g, 1, &opts).unwrap();
         let sc = g.scenario(1).unwrap();
@@ -281,6 +340,7 @@ mod tests {
         let mut opts = RunOptions {
             max_events: 1 << 30,
             skip_invalid: false,
+            allow_oom: false,
         };
         let e = run_point(&g, 0, &opts).unwrap_err().to_string();
         assert!(e.contains("point 0 (parallel.tp=3)"), "{e}");

@@ -94,7 +94,7 @@ pub fn json(f: &SweepFile) -> String {
 }
 
 /// Input columns every row has (from the resolved scenario).
-pub(crate) const INPUTS: [&str; 14] = [
+pub(crate) const INPUTS: [&str; 19] = [
     "workload",
     "model",
     "hardware",
@@ -109,10 +109,15 @@ pub(crate) const INPUTS: [&str; 14] = [
     "dtype",
     "transport",
     "interference",
+    "pp",
+    "micro_batches",
+    "global_batch",
+    "memory_gib",
+    "fits",
 ];
 
 /// Swept fields the input columns already show.
-const SHOWN: [&str; 11] = [
+const SHOWN: [&str; 13] = [
     "workload",
     "model",
     "hardware",
@@ -124,6 +129,8 @@ const SHOWN: [&str; 11] = [
     "dtype",
     "transport",
     "interference",
+    "parallel.pp",
+    "micro_batches",
 ];
 
 pub fn csv(f: &SweepFile) -> String {
@@ -165,6 +172,13 @@ pub fn csv(f: &SweepFile) -> String {
                 i.dtype.clone(),
                 i.transport.clone(),
                 i.interference.to_string(),
+                i.pp.to_string(),
+                i.micro_batches.to_string(),
+                i.global_batch.to_string(),
+                i.memory_gib
+                    .map(|m| serde_json::to_string(&m).expect("finite"))
+                    .unwrap_or_default(),
+                i.fits.to_string(),
             ]),
             None => rec.extend(INPUTS.iter().map(|k| {
                 // An invalid point still shows the values the grid gave it.

@@ -620,6 +620,8 @@ pub fn build(
         sp: true,
         dp: dp as u64,
         ulysses: u as u64,
+        pp: 1,
+        pp_schedule: Default::default(),
         order: s.order,
     };
     // The rank of tensor rank t in tensor-parallel group g = d·u + j.

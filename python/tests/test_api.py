@@ -184,3 +184,14 @@ def test_readme_python_block_runs_as_written(tmp_path, monkeypatch):
     pytest.importorskip("pandas", reason="pandas is not installed (the examples call to_pandas)")
     for b in blocks:
         exec(compile(b, "README.md", "exec"), {})
+
+
+def test_a_layout_that_does_not_fit_is_refused_unless_allowed():
+    kw = dict(workload="step", model="llama-3-70b", tp=8, hardware="h100-sxm-8", seq=4096, batch=1, strategies="sequential")
+    with pytest.raises(ValueError, match="does not fit"):
+        fo.simulate(**kw)
+    r = fo.simulate(allow_oom=True, **kw)
+    m = r.scenario["memory"]
+    assert m["fits"] is False and m["peak_gib"] > m["capacity_gib"]
+    ok = fo.simulate(workload="step", model="llama-3-8b", tp=8, hardware="h100-sxm-8", seq=4096, batch=1, strategies="sequential", recompute="full")
+    assert ok.scenario["memory"]["fits"] and ok.scenario["memory"]["recompute"] == "full"

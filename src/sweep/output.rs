@@ -242,6 +242,7 @@ pub fn summary(f: &SweepFile, group_by: Option<&[String]>) -> String {
     let family = |s: &str| s.split(':').next().unwrap_or(s).to_string();
     let ms = |r: &Row| r.metrics.as_ref().map_or(f64::INFINITY, |m| m.makespan_us);
     let mut lines: Vec<[String; 5]> = Vec::new();
+    let mut notes: Vec<String> = Vec::new();
     for (key, rows) in &ordered {
         let group = if group_fields.is_empty() {
             "(all)".to_string()
@@ -252,6 +253,28 @@ pub fn summary(f: &SweepFile, group_by: Option<&[String]>) -> String {
                 .map(|(g, v)| format!("{}={v}", grid::short_key(g)))
                 .collect::<Vec<_>>()
                 .join(" ")
+        };
+        // Points of different global batches do different work: rank them by time per
+        // token (tokens/s), not by makespan, and say so.
+        let batches: std::collections::BTreeSet<u64> = rows
+            .iter()
+            .filter_map(|r| r.inputs.as_ref().map(|i| i.global_batch))
+            .collect();
+        let mixed = batches.len() > 1;
+        if mixed {
+            notes.push(format!(
+                "note: group {group} mixes global batches ({} sequences per step): ranked by tokens/s, not makespan",
+                batches.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
+            ));
+        }
+        let ms = |r: &Row| {
+            if mixed {
+                r.metrics
+                    .as_ref()
+                    .map_or(f64::INFINITY, |m| 1.0 / m.tokens_per_s)
+            } else {
+                ms(r)
+            }
         };
         let best = rows
             .iter()
@@ -281,11 +304,12 @@ pub fn summary(f: &SweepFile, group_by: Option<&[String]>) -> String {
                 .collect();
             cfg.push(r.strategy.clone());
             let gap = (ms(r) / ms(best) - 1.0) * 100.0;
+            let makespan = r.metrics.as_ref().map_or(f64::INFINITY, |m| m.makespan_us);
             lines.push([
                 if i == 0 { group.clone() } else { String::new() },
                 fam.clone(),
                 cfg.join(" "),
-                format!("{:.1}", ms(r)),
+                format!("{makespan:.1}"),
                 if i == 0 {
                     "best".into()
                 } else {
@@ -343,6 +367,10 @@ pub fn summary(f: &SweepFile, group_by: Option<&[String]>) -> String {
     out.push_str(&fmt(header));
     for l in &lines {
         out.push_str(&fmt([&l[0], &l[1], &l[2], &l[3], &l[4]]));
+    }
+    for n in &notes {
+        out.push_str(n);
+        out.push('\n');
     }
     out
 }

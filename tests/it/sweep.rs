@@ -211,3 +211,71 @@ fn a_sweep_file_gives_the_grid_and_flags_add_to_it() {
     b.sort();
     assert_eq!(a, b);
 }
+
+/// Points of different global batches (dp 1 and 2) are ranked by tokens/s, not by
+/// makespan (dp 2 takes longer but processes twice the sequences), and the summary
+/// says so; a layout that does not fit is a row saying so, not a failed sweep.
+#[test]
+fn the_summary_never_ranks_different_global_batches_by_makespan() {
+    let out = bin()
+        .args([
+            "sweep",
+            "--quiet",
+            "--workload",
+            "step",
+            "--model",
+            "llama-3-8b",
+            "--tp",
+            "8",
+            "--dp",
+            "1,2",
+            "--seq",
+            "2k",
+            "--batch",
+            "1",
+            "--hardware",
+            "dgx-h100",
+            "--nodes",
+            "2",
+            "--strategy",
+            "flash",
+        ])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let s = String::from_utf8(out).unwrap();
+    assert!(
+        s.contains("mixes global batches (1, 2 sequences per step)"),
+        "{s}"
+    );
+    let best = s.lines().find(|l| l.ends_with(" best")).unwrap();
+    assert!(best.contains("dp=2"), "{s}");
+    let out = bin()
+        .args([
+            "sweep",
+            "--quiet",
+            "--workload",
+            "step",
+            "--model",
+            "llama-3-70b",
+            "--tp",
+            "1,8",
+            "--seq",
+            "2k",
+            "--batch",
+            "1",
+            "--strategy",
+            "sequential",
+            "--format",
+            "csv",
+        ])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let csv = String::from_utf8(out).unwrap();
+    assert_eq!(csv.matches("does not fit").count(), 2, "{csv}");
+}

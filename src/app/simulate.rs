@@ -7,7 +7,7 @@
 use crate::config::{ConfigError, Overrides, ScenarioFile};
 use crate::exec::sim::SimOptions;
 use crate::report;
-use crate::scenario::{Scenario, Straggler, VariabilityParams, Workload};
+use crate::scenario::{Scenario, Straggler, VariabilityParams};
 use crate::simulate::{self, RunError, ScenarioRun};
 
 /// Which clocks a prediction assumes.
@@ -91,7 +91,7 @@ pub struct Simulation {
 
 /// Run `sc` under each of its strategies (and its jittered samples, when asked).
 pub fn run(sc: Scenario, opts: &Options) -> Result<Simulation, Error> {
-    if !opts.allow_oom && matches!(sc.workload, Workload::Layer | Workload::Step) {
+    if !opts.allow_oom {
         crate::memory::check(&sc)?;
     }
     let sim = SimOptions {

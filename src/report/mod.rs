@@ -121,11 +121,15 @@ fn gib(bytes: f64) -> f64 {
 
 /// The memory report of a layer or step scenario.
 pub fn memory_report(sc: &Scenario) -> Option<MemoryReport> {
-    if !matches!(sc.workload, Workload::Layer | Workload::Step) {
-        return None;
-    }
-    let m = crate::memory::per_gpu(sc);
-    Some(MemoryReport {
+    training(sc).then(|| report_of(sc, &crate::memory::per_gpu(sc)))
+}
+
+fn training(sc: &Scenario) -> bool {
+    matches!(sc.workload, Workload::Layer | Workload::Step)
+}
+
+fn report_of(sc: &Scenario, m: &crate::memory::Memory) -> MemoryReport {
+    MemoryReport {
         peak_gib: gib(m.total()),
         capacity_gib: m.capacity.map(gib),
         fits: m.fits(),
@@ -142,13 +146,16 @@ pub fn memory_report(sc: &Scenario) -> Option<MemoryReport> {
             .iter()
             .map(|(k, v)| (k.to_string(), gib(*v)))
             .collect(),
-    })
+    }
 }
 
 /// The table's memory line.
 fn memory_line(sc: &Scenario) -> Option<String> {
-    let r = memory_report(sc)?;
+    if !training(sc) {
+        return None;
+    }
     let m = crate::memory::per_gpu(sc);
+    let r = report_of(sc, &m);
     let of = match r.capacity_gib {
         Some(c) => format!(
             "{:.1} of {c:.1} GiB{}",

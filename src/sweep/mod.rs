@@ -176,16 +176,9 @@ pub fn run_point(grid: &Grid, p: u64, opts: &RunOptions) -> Result<Vec<Row>, Swe
     let described = grid.describe(p);
     let axes: std::collections::BTreeMap<String, String> = described.iter().cloned().collect();
     let s = grid.strategies.len() as u64;
-    let fail = |reason: String, inputs: Option<RowInputs>| -> Result<Vec<Row>, SweepError> {
-        if !opts.skip_invalid {
-            return Err(SweepError::Point {
-                point: p,
-                at: at(&described),
-                reason,
-            });
-        }
-        Ok(grid
-            .strategies
+    // The point's rows, each carrying `reason` and no figures.
+    let error_rows = |reason: String, inputs: Option<RowInputs>| -> Vec<Row> {
+        grid.strategies
             .iter()
             .enumerate()
             .map(|(k, st)| Row {
@@ -196,7 +189,17 @@ pub fn run_point(grid: &Grid, p: u64, opts: &RunOptions) -> Result<Vec<Row>, Swe
                 metrics: None,
                 error: Some(reason.clone()),
             })
-            .collect())
+            .collect()
+    };
+    let fail = |reason: String, inputs: Option<RowInputs>| -> Result<Vec<Row>, SweepError> {
+        if !opts.skip_invalid {
+            return Err(SweepError::Point {
+                point: p,
+                at: at(&described),
+                reason,
+            });
+        }
+        Ok(error_rows(reason, inputs))
     };
     let sc = match grid.scenario(p) {
         Ok(sc) => sc,
@@ -206,24 +209,8 @@ pub fn run_point(grid: &Grid, p: u64, opts: &RunOptions) -> Result<Vec<Row>, Swe
     // A layout that does not fit is a finding, not a failure: its rows say so.
     if !opts.allow_oom
         && let Err(e) = crate::memory::check(&sc)
-        && matches!(
-            sc.workload,
-            crate::scenario::Workload::Layer | crate::scenario::Workload::Step
-        )
     {
-        return Ok(grid
-            .strategies
-            .iter()
-            .enumerate()
-            .map(|(k, st)| Row {
-                point: p * s + k as u64,
-                axes: axes.clone(),
-                inputs: Some(inputs.clone()),
-                strategy: st.to_string(),
-                metrics: None,
-                error: Some(e.to_string()),
-            })
-            .collect());
+        return Ok(error_rows(e.to_string(), Some(inputs)));
     }
     let sim = SimOptions {
         record_links: false,

@@ -267,7 +267,8 @@ pub fn summary(f: &SweepFile, group_by: Option<&[String]>) -> String {
                 batches.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
             ));
         }
-        let ms = |r: &Row| {
+        // The ranking key: makespan, or time per token where batches differ.
+        let key = |r: &Row| {
             if mixed {
                 r.metrics
                     .as_ref()
@@ -278,18 +279,22 @@ pub fn summary(f: &SweepFile, group_by: Option<&[String]>) -> String {
         };
         let best = rows
             .iter()
-            .min_by(|a, b| ms(a).total_cmp(&ms(b)).then(a.point.cmp(&b.point)))
+            .min_by(|a, b| key(a).total_cmp(&key(b)).then(a.point.cmp(&b.point)))
             .expect("groups are not empty");
         let mut fams: Vec<(String, &Row)> = Vec::new();
         for r in rows {
             let fam = family(&r.strategy);
             match fams.iter_mut().find(|(f, _)| *f == fam) {
-                Some((_, b)) if ms(r) < ms(b) => *b = r,
+                Some((_, b)) if key(r) < key(b) => *b = r,
                 Some(_) => {}
                 None => fams.push((fam, r)),
             }
         }
-        fams.sort_by(|a, b| ms(a.1).total_cmp(&ms(b.1)).then(a.1.point.cmp(&b.1.point)));
+        fams.sort_by(|a, b| {
+            key(a.1)
+                .total_cmp(&key(b.1))
+                .then(a.1.point.cmp(&b.1.point))
+        });
         for (i, (fam, r)) in fams.iter().enumerate() {
             let mut cfg: Vec<String> = config_fields
                 .iter()
@@ -303,13 +308,12 @@ pub fn summary(f: &SweepFile, group_by: Option<&[String]>) -> String {
                 })
                 .collect();
             cfg.push(r.strategy.clone());
-            let gap = (ms(r) / ms(best) - 1.0) * 100.0;
-            let makespan = r.metrics.as_ref().map_or(f64::INFINITY, |m| m.makespan_us);
+            let gap = (key(r) / key(best) - 1.0) * 100.0;
             lines.push([
                 if i == 0 { group.clone() } else { String::new() },
                 fam.clone(),
                 cfg.join(" "),
-                format!("{makespan:.1}"),
+                format!("{:.1}", ms(r)),
                 if i == 0 {
                     "best".into()
                 } else {

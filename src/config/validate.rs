@@ -972,6 +972,10 @@ pub fn scenario_from_file(
                 dp: dp as u32,
                 order,
                 ulysses: ulysses as u32,
+                pp: pp as u32,
+                pp_schedule,
+                recompute: crate::scenario::Recompute::None,
+                zero: 3,
             };
             if workload == Workload::Layer {
                 ls.layers = 1;

@@ -594,6 +594,13 @@ impl PlanBuilder {
         self.next_tag
     }
 
+    /// `n` fresh message tags, consecutive and unique in this plan; returns the first.
+    pub fn msg_tags(&mut self, n: u64) -> u64 {
+        let first = self.next_tag + 1;
+        self.next_tag = self.next_tag.saturating_add(n);
+        first
+    }
+
     /// Open a new launch on `stream`; add its ops with [`PlanBuilder::add`].
     pub fn launch(&mut self, stream: StreamId) -> LaunchId {
         self.launch_stream.push(stream);

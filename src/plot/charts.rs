@@ -642,6 +642,7 @@ mod figure_names {
                 "speedup_vs_sequential_x",
                 "events",
                 "tokens_per_s",
+                "bubble_ratio",
             ]
         );
         for m in super::metrics() {

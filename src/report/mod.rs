@@ -251,10 +251,13 @@ pub struct Figures {
     pub events: u64,
     /// Tokens the scenario processes (all micro-batches) per second of makespan.
     pub tokens_per_s: f64,
+    /// With pipeline stages: the mean share of the makespan a GPU neither computes nor
+    /// communicates for tensor or data parallelism (fill, drain, stage-to-stage waits).
+    pub bubble_ratio: Option<f64>,
 }
 
 /// The names of [`Figures`], in order.
-pub const FIGURES: [&str; 12] = [
+pub const FIGURES: [&str; 13] = [
     "makespan_us",
     "compute_us",
     "comm_us",
@@ -267,12 +270,13 @@ pub const FIGURES: [&str; 12] = [
     "ops",
     "events",
     "tokens_per_s",
+    "bubble_ratio",
 ];
 
 impl Figures {
     /// The values in [`FIGURES`]' order as text, numbers in serde_json's shortest
     /// round-trip form (a missing ratio: empty).
-    pub fn texts(&self) -> [String; 12] {
+    pub fn texts(&self) -> [String; 13] {
         let num = |x: f64| serde_json::to_string(&x).expect("finite");
         [
             num(self.makespan_us),
@@ -287,6 +291,7 @@ impl Figures {
             self.ops.to_string(),
             self.events.to_string(),
             num(self.tokens_per_s),
+            self.bubble_ratio.map(num).unwrap_or_default(),
         ]
     }
 
@@ -305,6 +310,7 @@ impl Figures {
             "ops" => self.ops as f64,
             "events" => self.events as f64,
             "tokens_per_s" => self.tokens_per_s,
+            "bubble_ratio" => return self.bubble_ratio,
             _ => return None,
         })
     }
@@ -424,22 +430,32 @@ pub struct RankMap {
     pub dp_group: String,
     pub first_tp_group: Vec<u64>,
     pub first_dp_group: Vec<u64>,
+    /// Pipeline stages, and the ranks of the first pipeline (tensor rank 0 of replica 0
+    /// in every stage, stage order).
+    pub pp: u64,
+    pub first_pipeline: Vec<u64>,
 }
 
 pub fn rank_map(sc: &Scenario) -> Option<RankMap> {
     let p = &sc.parallel;
-    if p.dp <= 1 && p.ulysses <= 1 {
+    if p.dp <= 1 && p.ulysses <= 1 && p.pp <= 1 {
         return None;
     }
     let (tp, u, dp) = (p.tp, p.ulysses, p.dp);
+    // Under tp-inner and dp-inner the stages are outermost: stage s adds s·stage_world.
+    let stage = if p.pp > 1 {
+        format!(" + {}·s in stage s", p.stage_world())
+    } else {
+        String::new()
+    };
     let (tp_group, dp_group) = match p.order {
         crate::scenario::RankOrder::TpInner => (
             format!(
-                "(replica d, Ulysses rank j): ranks {tp}·(d·{u} + j) .. {tp}·(d·{u} + j) + {}",
+                "(replica d, Ulysses rank j): ranks {tp}·(d·{u} + j) .. {tp}·(d·{u} + j) + {}{stage}",
                 tp - 1
             ),
             format!(
-                "tensor rank t: ranks t + {tp}·g over the {} groups g = d·{u} + j",
+                "tensor rank t: ranks t + {tp}·g over the {} groups g = d·{u} + j{stage}",
                 dp * u
             ),
         ),
@@ -457,10 +473,10 @@ pub fn rank_map(sc: &Scenario) -> Option<RankMap> {
         ),
         crate::scenario::RankOrder::DpInner => (
             format!(
-                "(replica d, Ulysses rank j): ranks {dp}·(t·{u} + j) + d, t = 0..{}",
+                "(replica d, Ulysses rank j): ranks {dp}·(t·{u} + j) + d, t = 0..{}{stage}",
                 tp - 1
             ),
-            format!("tensor rank t: ranks {dp}·(t·{u} + j) + d over every d and j"),
+            format!("tensor rank t: ranks {dp}·(t·{u} + j) + d over every d and j{stage}"),
         ),
     };
     let cap = 16;
@@ -472,10 +488,12 @@ pub fn rank_map(sc: &Scenario) -> Option<RankMap> {
         order: p.order.name().into(),
         tp_group,
         dp_group,
-        first_tp_group: (0..tp.min(cap)).map(|t| p.rank_of(0, t)).collect(),
+        first_tp_group: (0..tp.min(cap)).map(|t| p.rank_of4(0, 0, 0, t)).collect(),
         first_dp_group: (0..(dp * u).min(cap))
-            .map(|g| p.rank_of3(g / u, g % u, 0))
+            .map(|g| p.rank_of4(0, g / u, g % u, 0))
             .collect(),
+        pp: p.pp,
+        first_pipeline: (0..p.pp.min(cap)).map(|s| p.rank_of4(s, 0, 0, 0)).collect(),
     })
 }
 
@@ -508,6 +526,7 @@ pub fn rows(sc: &Scenario, run: &ScenarioRun) -> Vec<ResultRow> {
                     } else {
                         0.0
                     },
+                    bubble_ratio: m.bubble.map(ratio),
                 },
                 sites,
                 phases,
@@ -534,12 +553,20 @@ pub fn json(sc: &Scenario, run: &ScenarioRun) -> String {
 
 pub fn table(sc: &Scenario, run: &ScenarioRun) -> String {
     let mut out = format!(
-        "scenario {}: {} of {} on {}, tp={}, {}x{} tokens, {}, {} transport, interference {}\n",
+        "scenario {}: {} of {} on {}, tp={}{}, {}x{} tokens, {}, {} transport, interference {}\n",
         sc.name,
         sc.workload.name(),
         sc.model.name,
         sc.hardware.name,
         sc.parallel.tp,
+        if sc.parallel.pp > 1 {
+            format!(
+                ", pp={} ({}, {} micro-batches)",
+                sc.parallel.pp, sc.parallel.pp_schedule, sc.micro_batches
+            )
+        } else {
+            String::new()
+        },
         sc.batch,
         sc.seq,
         sc.dtype,
@@ -549,14 +576,31 @@ pub fn table(sc: &Scenario, run: &ScenarioRun) -> String {
     if let Some(m) = rank_map(sc) {
         let held = run.runs.first().and_then(|r| r.plan.symmetry);
         out.push_str(&format!(
-            "ranks: {} = tp {} x ulysses {} x dp {} ({}); tp group {}; gradient-sync group of {}{}\n",
+            "ranks: {} = tp {} x ulysses {} x dp {}{} ({}); tp group {}; gradient-sync group of {}{}{}\n",
             m.world,
             m.tp,
             m.ulysses,
             m.dp,
+            if m.pp > 1 {
+                format!(" x pp {}", m.pp)
+            } else {
+                String::new()
+            },
             m.order,
             m.tp_group,
             m.dp_group,
+            if m.pp > 1 {
+                format!(
+                    "; first pipeline: ranks {}",
+                    m.first_pipeline
+                        .iter()
+                        .map(u64::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            } else {
+                String::new()
+            },
             match held {
                 Some(h) => format!(
                     "; symmetric plan: {} simulated, standing for all (the topology's rotation)",
@@ -650,8 +694,13 @@ pub fn table(sc: &Scenario, run: &ScenarioRun) -> String {
                     .find(|x| x.name == p)
                     .map_or(0.0, |x| x.exposed_comm_us)
             };
+            let bubble = r
+                .figures
+                .bubble_ratio
+                .map(|b| format!("pipeline bubble {:.1}%; ", b * 100.0))
+                .unwrap_or_default();
             out.push_str(&format!(
-                "{:<w$}  {:.0} tokens/s; exposed fwd {:.1} us, bwd {:.1} us; {}\n",
+                "{:<w$}  {:.0} tokens/s; {bubble}exposed fwd {:.1} us, bwd {:.1} us; {}\n",
                 r.strategy,
                 r.figures.tokens_per_s,
                 phase("fwd"),
@@ -730,6 +779,7 @@ mod tests {
             ops: 8,
             events: 9,
             tokens_per_s: 10.0,
+            bubble_ratio: Some(0.125),
         };
         let v = serde_json::to_value(&f).unwrap();
         let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();

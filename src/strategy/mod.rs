@@ -151,17 +151,12 @@ fn layer_plan(
     strategy: Strategy,
     symmetric: bool,
 ) -> Result<Plan, StrategyError> {
-    if sc.parallel.pp > 1 {
-        return Err(StrategyError::Unsupported(
-            "pipeline-parallel plans (pp > 1) are not built yet; the memory model already counts their stages",
-        ));
-    }
     let shape = layer::LayerShape::of(sc);
     let step = workload == Workload::Step;
     let topo = &sc.hardware.topology;
     // The smallest multiple of the topology's rotation that moves whole replicas
-    // (tp · ulysses GPUs), if it leaves more than one orbit.
-    let replica = sc.parallel.tp * sc.parallel.ulysses;
+    // (tp · ulysses · pp GPUs), if it leaves more than one orbit.
+    let replica = sc.parallel.tp * sc.parallel.ulysses * sc.parallel.pp;
     let shift = topo
         .rotation()
         .filter(|_| symmetric && sc.parallel.world() as usize == topo.gpu_count())

@@ -65,6 +65,8 @@ pub struct RankMetrics {
     pub comm: f64,
     pub exposed_comm: f64,
     pub exposed: Intervals,
+    /// Time computing or communicating (pipeline P2P aside).
+    pub busy: f64,
 }
 
 /// The headline figures of one run. Times in seconds.
@@ -85,7 +87,17 @@ pub struct Metrics {
     pub overlap_efficiency: Option<f64>,
     /// Model FLOPs / (makespan × ranks × peak); `None` when undefined.
     pub mfu: Option<f64>,
+    /// With pipeline stages: the share of the makespan a GPU spends neither computing nor
+    /// in tensor- or data-parallel communication (the pipeline's fill and drain, and its
+    /// waits on stage-to-stage messages), the mean over GPUs; `None` without stages.
+    pub bubble: Option<f64>,
     pub ranks: Vec<RankMetrics>,
+}
+
+/// Whether a stream carries a pipeline's stage-to-stage P2P (its time is the bubble's,
+/// not exposed communication).
+pub fn is_pipeline_stream(name: &str) -> bool {
+    name == crate::strategy::layer::PP_SEND || name == crate::strategy::layer::PP_RECV
 }
 
 pub fn rank_metrics(tl: &Timeline) -> Vec<RankMetrics> {
@@ -97,6 +109,9 @@ pub fn rank_metrics(tl: &Timeline) -> Vec<RankMetrics> {
         let Lane::Stream(st) = s.lane else { continue };
         let r = tl.streams[st as usize].rank as usize;
         end[r] = end[r].max(s.end);
+        if is_pipeline_stream(&tl.streams[st as usize].name) {
+            continue;
+        }
         if s.class.is_comm() {
             comm[r].push((s.start, s.end));
         } else {
@@ -109,13 +124,16 @@ pub fn rank_metrics(tl: &Timeline) -> Vec<RankMetrics> {
             let m = Intervals::from_unsorted(std::mem::take(&mut comm[r]));
             let cm = m.measure();
             let exposed = subtract(&m, &c);
+            let exposed_comm = exposed.measure();
+            let compute = c.measure();
             RankMetrics {
                 rank: r as u32,
                 end: end[r],
-                compute: c.measure(),
+                compute,
                 comm: cm,
-                exposed_comm: exposed.measure(),
+                exposed_comm,
                 exposed,
+                busy: compute + exposed_comm,
             }
         })
         .collect()
@@ -166,6 +184,11 @@ pub fn metrics(tl: &Timeline) -> Metrics {
     let denom = makespan * tl.ranks as f64 * tl.peak_flops;
     let mfu = (denom > 0.0 && denom.is_finite() && tl.model_flops.is_finite())
         .then(|| tl.model_flops / denom);
+    let staged = tl.streams.iter().any(|s| is_pipeline_stream(&s.name));
+    let bubble = (staged && makespan > 0.0 && !ranks.is_empty()).then(|| {
+        let idle: f64 = ranks.iter().map(|r| (makespan - r.busy).max(0.0)).sum();
+        idle / (makespan * ranks.len() as f64)
+    });
     Metrics {
         makespan,
         critical_rank: crit as u32,
@@ -175,6 +198,7 @@ pub fn metrics(tl: &Timeline) -> Metrics {
         max_exposed_comm: max_exposed,
         overlap_efficiency,
         mfu,
+        bubble,
         ranks,
     }
 }
@@ -258,7 +282,8 @@ fn group_metrics(
     let mut all_compute = Vec::new();
     for s in &tl.spans {
         let Lane::Stream(st) = s.lane else { continue };
-        if tl.streams[st as usize].rank != rank {
+        if tl.streams[st as usize].rank != rank || is_pipeline_stream(&tl.streams[st as usize].name)
+        {
             continue;
         }
         if !s.class.is_comm() {

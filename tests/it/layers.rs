@@ -701,3 +701,192 @@ fn a_steps_phases_add_up_to_its_exposed_communication() {
         assert!(sites >= sum - 1e-12, "{s}");
     }
 }
+
+/// A pipeline step on the 8-GPU mesh: tp 4 / ulysses × dp × pp 2 … with `layers` layers.
+fn pipeline(gbps: f64, free_compute: bool, dp: u64, pp: u64, layers: u64) -> Scenario {
+    let mut sc = scenario_u(Workload::Step, gbps, free_compute, dp, 1);
+    sc.parallel.tp = 8 / (dp * pp);
+    sc.parallel.pp = pp;
+    sc.model.layers = layers;
+    sc.micro_batches = 4;
+    sc
+}
+
+const SCHEDULES: [&str; 3] = ["1f1b", "gpipe", "interleaved:2"];
+
+/// With pipeline stages the critical-path checks hold as for one stage: communication
+/// free, the step takes the compute critical path (the stages' schedules and the P2P
+/// waits are in it); compute free, the communication critical path. Every schedule,
+/// with tp and dp around the pipeline, and recomputation.
+#[test]
+fn pipeline_steps_follow_their_critical_paths() {
+    use flashoverlap::scenario::{PpSchedule, Recompute};
+    for (dp, pp) in [(1, 2), (2, 2), (1, 4)] {
+        for sched in SCHEDULES {
+            for free_compute in [false, true] {
+                let gbps = if free_compute { 100.0 } else { 1e290 };
+                let mut sc = pipeline(gbps, free_compute, dp, pp, 8);
+                sc.parallel.pp_schedule = PpSchedule::parse(sched).unwrap();
+                for s in [Strategy::Sequential, Strategy::Chunked(2), Strategy::Flash] {
+                    for rc in [Recompute::None, Recompute::Full] {
+                        sc.recompute = rc;
+                        let r = run_strategy(&sc, s, &opts()).unwrap();
+                        r.plan.check_deadlock_free().unwrap();
+                        let link = gbps * 1e9;
+                        let want =
+                            critical_path(&r.plan, &sc.hardware.gpu, &sc.hardware.topology, link);
+                        let got = r.metrics.makespan;
+                        assert!(
+                            (got - want).abs() <= 1e-9 * want,
+                            "dp {dp} pp {pp} {sched} {s} {rc:?} free compute {free_compute}: simulated {got} vs critical path {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Equal stages, free communication: the bubble is the schedule's closed form,
+/// (P − 1)/(m + P − 1) for 1F1B and GPipe, the bubble time divided by V interleaved.
+/// The embedding and the loss are made free and the vocabulary empty, so the stages are
+/// equal; the bubble then matches to rounding.
+#[test]
+fn the_pipeline_bubble_is_the_schedules_closed_form() {
+    use flashoverlap::scenario::PpSchedule;
+    use flashoverlap::strategy::layer::pipeline::bubble_fraction;
+    for (pp, m) in [(2, 4), (4, 4), (4, 8), (8, 16)] {
+        for sched in SCHEDULES {
+            let schedule = PpSchedule::parse(sched).unwrap();
+            let mut sc = pipeline(1e290, false, 1, pp, 16);
+            sc.parallel.tp = 1;
+            sc.micro_batches = m;
+            sc.parallel.pp_schedule = schedule;
+            sc.model.vocab = 0;
+            let g = &mut sc.hardware.gpu;
+            g.hbm_bandwidth = 1e30;
+            g.elementwise.launch = 0.0;
+            let r = run_strategy(&sc, Strategy::Sequential, &opts()).unwrap();
+            let got = r.metrics.bubble.unwrap();
+            let want = bubble_fraction(schedule, pp, m);
+            assert!(
+                (got - want).abs() <= 1e-9 * want,
+                "pp {pp} m {m} {sched}: bubble {got} vs closed form {want}"
+            );
+            // Without stages there is no bubble to report.
+            if pp == 2 && sched == "1f1b" {
+                let mut one = sc.clone();
+                one.parallel.pp = 1;
+                let r = run_strategy(&one, Strategy::Sequential, &opts()).unwrap();
+                assert_eq!(r.metrics.bubble, None);
+            }
+        }
+    }
+    // Interleaving shrinks the bubble by about V.
+    let b1 = bubble_fraction(PpSchedule::OneFOneB, 4, 8);
+    let b2 = bubble_fraction(PpSchedule::Interleaved(2), 4, 8);
+    assert!(b2 < 0.6 * b1);
+}
+
+/// A pipeline of 2 stages × tp 2 × dp 2 on a rail fabric of 4 nodes × 2 GPUs, ranks
+/// `tp-pp-dp`: the topology turns by one leaf group (4 GPUs, one whole replica), so a
+/// symmetric plan holds 1 of the 2 replicas and must give the full plan's times; under
+/// `tp-inner` (stages outermost) no rotation moves whole replicas and the plan is full.
+#[test]
+fn a_symmetric_pipeline_step_equals_the_full_one() {
+    use flashoverlap::exec::sim;
+    use flashoverlap::scenario::RankOrder;
+    use flashoverlap::strategy::build_with;
+    let mut sc = config::load_scenario("default").unwrap();
+    sc.model = config::load_model("llama-3-8b", None).unwrap();
+    sc.model.layers = 4;
+    sc.workload = Workload::Step;
+    sc.parallel.tp = 2;
+    sc.parallel.dp = 2;
+    sc.parallel.pp = 2;
+    sc.parallel.order = RankOrder::TpPpDp;
+    sc.micro_batches = 4;
+    sc.batch = 1;
+    sc.seq = 1024;
+    sc.hardware = config::load_hardware_nodes("dgx-h100", None, Some(4)).unwrap();
+    sc.hardware.topology = Topology::rail_fat_tree(
+        "rail",
+        &flashoverlap::topology::RailFatTreeSpec {
+            nodes: 4,
+            gpus_per_node: 2,
+            nodes_per_leaf: 2,
+            nvlink: LinkSpec {
+                bandwidth: 370e9,
+                latency: 0.5e-6,
+            },
+            nic: LinkSpec {
+                bandwidth: 48e9,
+                latency: 1e-6,
+            },
+            spine_latency: 1e-6,
+            oversubscription: 2.0,
+        },
+    )
+    .unwrap();
+    let o = opts().for_scenario(&sc);
+    for s in [Strategy::Sequential, Strategy::Bulk, Strategy::Flash] {
+        let full = build_with(&sc, sc.workload, s, false).unwrap();
+        let sym = build_with(&sc, sc.workload, s, true).unwrap();
+        assert_eq!(sym.symmetry, Some(4), "{s}");
+        assert_eq!(
+            2 * sym.op_count(),
+            full.op_count(),
+            "{s}: half the replicas"
+        );
+        let a = sim::simulate(&full, &sc.hardware, &o).unwrap();
+        let b = sim::simulate(&sym, &sc.hardware, &o).unwrap();
+        let end = |r: &sim::SimResult| r.times.iter().map(|t| t.end).fold(0.0, f64::max);
+        let (x, y) = (end(&a), end(&b));
+        assert!((x - y).abs() <= 1e-9 * x, "{s}: full {x} vs symmetric {y}");
+    }
+    sc.parallel.order = RankOrder::TpInner;
+    let p = build_with(&sc, sc.workload, Strategy::Flash, true).unwrap();
+    assert_eq!(p.symmetry, None);
+}
+
+/// Stage-to-stage messages: each tensor rank sends its sequence-parallel shard of every
+/// micro-batch's activation to the same tensor rank of the next stage, and its gradient
+/// back: 2 · (P − 1) · m · tp · dp messages of tokens/tp · h · 2 bytes, to the ranks the
+/// rank order puts there.
+#[test]
+fn stages_exchange_one_shard_per_micro_batch_each_way() {
+    use flashoverlap::scenario::RankOrder;
+    let mut sc = pipeline(100.0, false, 2, 2, 4);
+    sc.parallel.tp = 2;
+    for order in [RankOrder::TpInner, RankOrder::TpPpDp] {
+        sc.parallel.order = order;
+        let plan =
+            &flashoverlap::strategy::build_with(&sc, sc.workload, Strategy::Flash, false).unwrap();
+        let stage_of = |rank: u32| match order {
+            RankOrder::TpPpDp => (rank / 2) % 2,
+            _ => rank / 4,
+        };
+        let site = |name: &str| plan.sites.iter().position(|x| x == name).unwrap() as u16;
+        let (fwd, bwd) = (site("pp.fwd"), site("pp.bwd"));
+        let shard = sc.tokens() / 2 * sc.model.hidden * 2;
+        let mut n = 0;
+        for o in &plan.ops {
+            if let OpKind::Send { peer, bytes, .. } = o.kind {
+                if o.tag.site != fwd && o.tag.site != bwd {
+                    continue;
+                }
+                n += 1;
+                assert_eq!(bytes, shard);
+                // Same tensor rank, same replica, the neighbouring stage.
+                assert_eq!(peer % 2, o.rank % 2);
+                let (a, b) = (stage_of(o.rank), stage_of(peer));
+                if o.tag.site == fwd {
+                    assert_eq!((a, b), (0, 1));
+                } else {
+                    assert_eq!((a, b), (1, 0));
+                }
+            }
+        }
+        assert_eq!(n, 2 * 4 * 2 * 2, "{order:?}");
+    }
+}

@@ -37,10 +37,13 @@ use super::collective::{CollectiveError, CollectiveOp, Comm};
 use super::sites::{self, Blocks, RankStreams, WeightChunks};
 use super::{MlpShape, StrategyError, blocks, check_div};
 use crate::plan::{EltKind, OpId, OpKind, OpTag, Plan, PlanBuilder, StreamId, StreamKind};
-use crate::scenario::{Activation, DType, Parallel, RankOrder, Scenario, Strategy};
+use crate::scenario::{
+    Activation, DType, Parallel, PpSchedule, RankOrder, Recompute, Scenario, Strategy,
+};
 use std::collections::BTreeMap;
 
 mod data_parallel;
+pub mod pipeline;
 mod shape;
 mod ulysses;
 
@@ -83,6 +86,10 @@ struct Ctx<'a> {
     /// Per built rank: ops its next compute op also waits for (a collective's channels
     /// end in several ops).
     gate: Vec<Vec<OpId>>,
+    /// Per built rank: the streams of its P2P with the neighbouring pipeline stages
+    /// (empty without pipeline parallelism).
+    pp_send: Vec<StreamId>,
+    pp_recv: Vec<StreamId>,
 }
 
 /// The machine the data-parallel collectives of a layer or step run over as NCCL runs
@@ -567,17 +574,26 @@ fn concat_blocks(parts: Vec<Blocks>) -> Blocks {
 }
 
 /// The Plan of one layer forward + backward (`step = false`) or of a training step, over
-/// tp × dp ranks. With `shift` (a rotation of the topology that moves whole
-/// tensor-parallel groups), a symmetric plan of the first `shift / tp` replicas.
+/// tp × ulysses × dp × pp ranks. With `shift` (a rotation of the topology that moves whole
+/// replicas), a symmetric plan of the first `shift` ranks.
 ///
-/// Data parallelism is ZeRO-3/FSDP-style: each layer's parameters are all-gathered over
-/// the data-parallel group for its forward (before it: prefetched one layer ahead under
-/// `bulk`, on demand under `sequential`; under `flash` each weight's column shards are
-/// gathered while its site's GEMMs run, cut into those chunks — a Flash-AG fused with
-/// the forward GEMMs; kept for the backward), and its gradients reduce-scattered in the
-/// last micro-batch's backward — per layer as a bucket once the layer's wgrads are done
+/// Data parallelism is ZeRO-style: each layer's parameters are all-gathered over the
+/// data-parallel group for its forward — before every micro-batch under ZeRO-3, before
+/// the first one only under ZeRO 0–2 (the distributed optimizer's gather of the updated
+/// parameters; an all-reduce's second half) — prefetched one layer ahead under `bulk`, on
+/// demand under `sequential`; under `flash` each weight's column shards are gathered
+/// while its site's GEMMs run, cut into those chunks — a Flash-AG fused with the forward
+/// GEMMs; kept for the backward. Gradients are reduce-scattered in the last
+/// micro-batch's backward — per layer as a bucket once the layer's wgrads are done
 /// (`bulk`), all after the backward (`sequential`), or fused with the wgrad GEMMs as a
 /// Flash-RS (`flash`). The data-parallel collectives run on a stream of their own.
+///
+/// Pipeline parallelism (`pp` > 1, steps only) cuts the layers into stages (see
+/// [`pipeline`]); each stage runs its schedule's actions in order, receiving a
+/// micro-batch's activation (or gradient) on its `pp-recv` stream once it reaches the
+/// action that needs it and sending its output on its `pp-send` stream: one
+/// sequence-parallel shard (tokens/tp rows of h) from each tensor rank to the same tensor
+/// rank of the neighbouring stage, over the topology.
 pub fn build(
     s: &LayerShape,
     strategy: Strategy,
@@ -591,42 +607,194 @@ pub fn build(
         check_size(*st, s, step)?;
     }
     check_dp(s, dp_strategy(strategy, sites), step)?;
-    let (tp, dp, u) = (s.ranks, s.dp, s.ulysses.max(1));
-    let world = tp * dp * u;
-    // Tensor-parallel groups: one per (replica d, Ulysses rank j), index d·u + j; a
-    // symmetric plan holds the first ones (whole replicas).
+    let (tp, dp, u, pp) = (s.ranks, s.dp, s.ulysses.max(1), s.pp.max(1));
+    if pp > 1 && !step {
+        return Err(StrategyError::Unsupported(
+            "pipeline stages split a training step; a single layer has none",
+        ));
+    }
+    let world = tp * dp * u * pp;
     let groups_all = dp * u;
-    // A symmetric plan's rotation must also move the data-parallel communicators' nodes
-    // onto nodes (their channel rings are laid out node by node).
+    // A symmetric plan's rotation must move whole replicas (every stage of them) and
+    // also move the data-parallel communicators' nodes onto nodes (their channel rings
+    // are laid out node by node). Under `tp-inner` the stages are outermost, so a
+    // pipeline has no such rotation.
     let node = net.map_or(world, |n| n.topo.gpus_per_node().max(1) as u32);
+    let replica = tp * u * pp;
+    let rotates = match s.order {
+        RankOrder::TpPpDp => true,
+        RankOrder::TpInner => pp == 1,
+        RankOrder::DpInner => false,
+    };
     let built = match shift {
         Some(sh)
-            if s.order == RankOrder::TpInner
-                && sh % (tp * u) == 0
+            if rotates
+                && sh % replica == 0
                 && world % sh == 0
                 && (world <= node || sh % node == 0) =>
         {
-            sh / tp
+            sh / (tp * pp)
         }
         _ => groups_all,
     };
     let mut b = if built < groups_all {
-        PlanBuilder::symmetric(world, built * tp)
+        PlanBuilder::symmetric(world, built * tp * pp)
     } else {
         PlanBuilder::new(world).without_dataflow()
+    };
+    let schedule = match (pp, s.pp_schedule) {
+        (1, PpSchedule::GPipe) => PpSchedule::GPipe,
+        (1, _) => PpSchedule::OneFOneB,
+        (_, sch) => sch,
     };
     let par = Parallel {
         tp: tp as u64,
         sp: true,
         dp: dp as u64,
         ulysses: u as u64,
-        pp: 1,
-        pp_schedule: Default::default(),
+        pp: pp as u64,
+        pp_schedule: schedule,
         order: s.order,
     };
-    // The rank of tensor rank t in tensor-parallel group g = d·u + j.
-    let rank = |g: u32, t: u32| par.rank_of3((g / u) as u64, (g % u) as u64, t as u64) as u32;
-    let sync = dp * u;
+    let mbs = if step { s.micro_batches } else { 1 };
+    let v = schedule.chunks();
+    let virtual_stages = pp as u64 * v;
+    let per_chunk = if step { s.layers / virtual_stages } else { 1 };
+    // Message tags of the stage-to-stage P2P: per direction, virtual-stage boundary,
+    // micro-batch and held rank of a stage, reserved up front (the receiving stage is
+    // built after, or before, the sending one).
+    let stage_held = (built * tp) as u64;
+    let boundaries = virtual_stages - 1;
+    let tags = PipeTags {
+        base: b.msg_tags(
+            2u64.saturating_mul(boundaries)
+                .saturating_mul(mbs)
+                .saturating_mul(stage_held),
+        ),
+        boundaries,
+        mbs,
+        held: stage_held,
+    };
+    let mut late_buckets: Vec<u64> = Vec::new();
+    for p in 0..pp {
+        let mut c = stage(b, s, strategy, sites, &par, p, built, net)?;
+        let n = c.n();
+        let dps = c.dp_strategy();
+        let piece = c.grad_piece();
+        // The stage's last compute op per rank (its compute stream is in order).
+        let mut x: PerRank = vec![None; n];
+        for a in pipeline::order(schedule, pp as u64, p as u64, mbs) {
+            let vs = a.chunk * pp as u64 + p as u64;
+            let mb = a.micro_batch;
+            if a.forward {
+                c.sync = false;
+                let input = if vs > 0 {
+                    c.pp_recv(&par, "pp.fwd", vs - 1, tags.of(true, vs - 1, mb), mb, &x)?
+                } else {
+                    x.clone()
+                };
+                let mut y = input.clone();
+                if step && vs == 0 {
+                    y = c.elt("fwd.embed", 2, &y)?;
+                }
+                let gather = s.zero >= 3 || mb == 0;
+                y = c.forward_layers(per_chunk, gather, &x, &y, vs > 0)?;
+                if step && vs + 1 == virtual_stages {
+                    y = c.head_fwd(&y)?;
+                }
+                if vs + 1 < virtual_stages {
+                    c.pp_send(&par, "pp.fwd", vs + 1, tags.of(true, vs, mb), mb, &y)?;
+                }
+                x = y;
+            } else {
+                c.sync = mb + 1 == mbs;
+                let mut y = if vs + 1 < virtual_stages {
+                    c.pp_recv(&par, "pp.bwd", vs + 1, tags.of(false, vs, mb), mb, &x)?
+                } else {
+                    x.clone()
+                };
+                if step && vs + 1 == virtual_stages {
+                    c.grads = vec![None; n];
+                    y = c.head_bwd(&y)?;
+                    y = c.reduce_bucket(dps, &y, &mut late_buckets, c.head_grad_piece())?;
+                }
+                for _ in 0..per_chunk {
+                    c.grads = vec![None; n];
+                    if s.recompute == Recompute::Full {
+                        // The layer's forward again from its kept input, before its
+                        // backward (which then finds its activations).
+                        c.layer_fwd(&y)?;
+                    }
+                    y = c.layer_bwd(&y)?;
+                    y = c.reduce_bucket(dps, &y, &mut late_buckets, piece)?;
+                }
+                if step && vs == 0 {
+                    y = c.elt("bwd.embed", 2, &y)?;
+                }
+                if vs > 0 {
+                    c.pp_send(&par, "pp.bwd", vs - 1, tags.of(false, vs - 1, mb), mb, &y)?;
+                }
+                x = y;
+            }
+        }
+        // `sequential`: every bucket after the whole backward, one after another.
+        for p in std::mem::take(&mut late_buckets) {
+            let done = c.dp_ring("bwd.dp-rs", p, &x)?;
+            x = x
+                .iter()
+                .zip(&done)
+                .map(|(a, d)| d.iter().copied().max().or(*a))
+                .collect();
+        }
+        b = c.b;
+    }
+    let flops = if step {
+        s.step_model_flops()
+    } else {
+        s.layer_model_flops()
+    };
+    // Model FLOPs of the replicas held (a replica is u tensor-parallel groups per stage).
+    b.add_model_flops(flops * built as f64 / u as f64);
+    Ok(b.finish()?)
+}
+
+/// Message tags of the pipeline's P2P (see [`build`]).
+struct PipeTags {
+    base: u64,
+    boundaries: u64,
+    mbs: u64,
+    held: u64,
+}
+
+impl PipeTags {
+    /// The first tag of the messages crossing virtual-stage boundary `boundary` (between
+    /// virtual stages `boundary` and `boundary + 1`) for micro-batch `mb`, forward or
+    /// backward; held rank i of the stage adds i.
+    fn of(&self, forward: bool, boundary: u64, mb: u64) -> u64 {
+        let dir = u64::from(forward);
+        self.base + ((dir * self.boundaries + boundary) * self.mbs + mb) * self.held
+    }
+}
+
+/// The context of pipeline stage `p` (the whole model when pp = 1): its held ranks'
+/// streams, tensor-parallel groups (with their NCCL communicators where they span
+/// nodes) and data-parallel groups; `b` moves into it.
+#[allow(clippy::too_many_arguments)]
+fn stage<'a>(
+    mut b: PlanBuilder,
+    s: &'a LayerShape,
+    strategy: Strategy,
+    sites: &'a BTreeMap<String, Strategy>,
+    par: &Parallel,
+    p: u32,
+    built: u32,
+    net: Option<Net>,
+) -> Result<Ctx<'a>, StrategyError> {
+    let (tp, u) = (s.ranks, s.ulysses.max(1));
+    // The rank of tensor rank t in tensor-parallel group g = d·u + j of this stage.
+    let rank =
+        |g: u32, t: u32| par.rank_of4(p as u64, (g / u) as u64, (g % u) as u64, t as u64) as u32;
+    let sync = s.dp * u;
     // The data-parallel groups' NCCL communicators (bulk and sequential dp sites; the
     // flash one runs its own decomposed rings on the `dp-comm` streams): per tensor rank,
     // its channels and wire, members and their nodes. `None`: plain rings on `dp-comm`.
@@ -651,7 +819,7 @@ pub fn build(
         }
         _ => None,
     };
-    let mut all = RankStreams {
+    let empty = || RankStreams {
         compute: Vec::new(),
         comm: Vec::new(),
         ranks: Vec::new(),
@@ -659,17 +827,13 @@ pub fn build(
         weights: None,
         nccl: None,
     };
+    let mut all = empty();
     let mut dp_comm = Vec::new();
+    let (mut pp_send, mut pp_recv) = (Vec::new(), Vec::new());
     let mut groups = Vec::with_capacity(built as usize);
     for d in 0..built {
-        let mut g = RankStreams {
-            compute: Vec::new(),
-            comm: Vec::new(),
-            ranks: Vec::new(),
-            held: tp as usize,
-            weights: None,
-            nccl: None,
-        };
+        let mut g = empty();
+        g.held = tp as usize;
         for t in 0..tp {
             let r = rank(d, t);
             g.compute.push(b.stream(r, "compute", StreamKind::Compute));
@@ -677,6 +841,10 @@ pub fn build(
             g.ranks.push(r);
             if sync > 1 && dp_nets.is_none() {
                 dp_comm.push(b.stream(r, "dp-comm", StreamKind::Comm));
+            }
+            if s.pp > 1 {
+                pp_send.push(b.stream(r, PP_SEND, StreamKind::Comm));
+                pp_recv.push(b.stream(r, PP_RECV, StreamKind::Comm));
             }
         }
         all.compute.extend(&g.compute);
@@ -728,6 +896,8 @@ pub fn build(
         fwd_weights: BTreeMap::new(),
         dp_comms: Vec::new(),
         gate: vec![Vec::new(); n],
+        pp_send,
+        pp_recv,
     };
     // Tensor-parallel groups that span nodes run their ring collectives (sequential,
     // bulk and chunked sites) on an NCCL communicator of their own, with the protocol
@@ -761,79 +931,137 @@ pub fn build(
         let comm = Comm::new(&mut c.b, "dp", members, built as usize, &nodes, ch, wire);
         c.dp_comms.push(comm);
     }
-    let dps = c.dp_strategy();
-    let piece = c.grad_piece();
-    let mut x: PerRank = vec![None; n];
-    let mbs = if step { s.micro_batches } else { 1 };
-    let layers = if step { s.layers } else { 1 };
-    // Gradient buckets left for after the backward (`sequential`): one per layer + head.
-    let mut late_buckets: Vec<u64> = Vec::new();
-    for mb in 0..mbs {
-        c.sync = mb + 1 == mbs;
-        if step {
-            x = c.elt("fwd.embed", 2, &x)?;
-        }
-        // Parameter all-gathers: layer i's waits for its input (sequential) or for
-        // layer i−1's (a prefetch one layer ahead).
-        let fused = dps == Strategy::Flash && s.sync() > 1;
-        let prefetch = dps == Strategy::Bulk;
+    Ok(c)
+}
+
+/// Names of the streams of a stage's P2P with its neighbours.
+pub const PP_SEND: &str = "pp-send";
+pub const PP_RECV: &str = "pp-recv";
+
+impl Ctx<'_> {
+    /// `layers` layers forward from `input`; their parameter all-gathers (`gather`)
+    /// follow `prev` where the input came from another stage (`received`: the gathers do
+    /// not wait for it), else the input.
+    fn forward_layers(
+        &mut self,
+        layers: u64,
+        gather: bool,
+        prev: &PerRank,
+        input: &PerRank,
+        received: bool,
+    ) -> Result<PerRank, StrategyError> {
+        let dps = self.dp_strategy();
+        let piece = self.grad_piece();
+        let fused = gather && dps == Strategy::Flash && self.s.sync() > 1;
+        let prefetch = gather && dps == Strategy::Bulk;
+        let first = if received { prev } else { input };
         let mut gathered = if prefetch {
-            Some(c.dp_ring("fwd.dp-ag", piece, &x)?)
+            Some(self.dp_ring("fwd.dp-ag", piece, first)?)
         } else {
             None
         };
+        let mut x = input.clone();
         for i in 0..layers {
             if fused {
-                c.gather_weights(&x)?;
-                x = c.layer_fwd(&x)?;
-                c.fwd_weights.clear();
+                let after = if i == 0 { first.clone() } else { x.clone() };
+                self.gather_weights(&after)?;
+                x = self.layer_fwd(&x)?;
+                self.fwd_weights.clear();
                 continue;
             }
-            let params = match gathered.take() {
-                Some(g) => g,
-                None => c.dp_ring("fwd.dp-ag", piece, &x)?,
+            if gather {
+                let params = match gathered.take() {
+                    Some(g) => g,
+                    None => {
+                        let after = if i == 0 { first.clone() } else { x.clone() };
+                        self.dp_ring("fwd.dp-ag", piece, &after)?
+                    }
+                };
+                if prefetch && i + 1 < layers {
+                    let after = if i == 0 { first.clone() } else { x.clone() };
+                    gathered = Some(self.dp_ring("fwd.dp-ag", piece, &after)?);
+                }
+                // The layer starts once its parameters are gathered.
+                for (g, p) in self.gate.iter_mut().zip(params) {
+                    g.extend(p);
+                }
+            }
+            x = self.layer_fwd(&x)?;
+        }
+        Ok(x)
+    }
+
+    /// Receive micro-batch `mb`'s shard from virtual stage `from` (tags `tag + i`),
+    /// posted on each rank after `after[r]`; returns the receives.
+    fn pp_recv(
+        &mut self,
+        par: &Parallel,
+        site: &str,
+        from: u64,
+        tag: u64,
+        mb: u64,
+        after: &PerRank,
+    ) -> Result<PerRank, StrategyError> {
+        self.pp_message(par, site, from, tag, mb, after, false)
+    }
+
+    /// Send micro-batch `mb`'s output shard to virtual stage `to` after `after[r]`.
+    fn pp_send(
+        &mut self,
+        par: &Parallel,
+        site: &str,
+        to: u64,
+        tag: u64,
+        mb: u64,
+        after: &PerRank,
+    ) -> Result<PerRank, StrategyError> {
+        self.pp_message(par, site, to, tag, mb, after, true)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn pp_message(
+        &mut self,
+        par: &Parallel,
+        site: &str,
+        peer_vs: u64,
+        first_tag: u64,
+        mb: u64,
+        after: &PerRank,
+        send: bool,
+    ) -> Result<PerRank, StrategyError> {
+        let site = self.b.site(site);
+        let bytes = self.shard_bytes(self.s.hidden);
+        let (tp, u) = (self.tp(), self.s.ulysses.max(1) as usize);
+        let peer_stage = peer_vs % par.pp;
+        let mut out = Vec::with_capacity(self.n());
+        for (i, a) in after.iter().enumerate() {
+            let (g, t) = (i / tp, i % tp);
+            let peer = par.rank_of4(peer_stage, (g / u) as u64, (g % u) as u64, t as u64) as u32;
+            let msg_tag = first_tag + i as u64;
+            let kind = if send {
+                OpKind::Send {
+                    peer,
+                    bytes,
+                    tag: msg_tag,
+                }
+            } else {
+                OpKind::Recv {
+                    peer,
+                    bytes,
+                    tag: msg_tag,
+                    accumulate: false,
+                }
             };
-            if prefetch && i + 1 < layers {
-                gathered = Some(c.dp_ring("fwd.dp-ag", piece, &x)?);
-            }
-            // The layer starts once its parameters are gathered.
-            for (g, p) in c.gate.iter_mut().zip(params) {
-                g.extend(p);
-            }
-            x = c.layer_fwd(&x)?;
+            let stream = if send {
+                self.pp_send[i]
+            } else {
+                self.pp_recv[i]
+            };
+            let d: Vec<OpId> = a.iter().copied().collect();
+            out.push(Some(self.b.single(stream, kind, &d, tag(site, mb))?));
         }
-        if step {
-            x = c.head_fwd(&x)?;
-            c.grads = vec![None; n];
-            x = c.head_bwd(&x)?;
-            x = c.reduce_bucket(dps, &x, &mut late_buckets, c.head_grad_piece())?;
-        }
-        for _ in 0..layers {
-            c.grads = vec![None; n];
-            x = c.layer_bwd(&x)?;
-            x = c.reduce_bucket(dps, &x, &mut late_buckets, piece)?;
-        }
-        if step {
-            x = c.elt("bwd.embed", 2, &x)?;
-        }
+        Ok(out)
     }
-    // `sequential`: every bucket after the whole backward, one after another.
-    for p in late_buckets {
-        let done = c.dp_ring("bwd.dp-rs", p, &x)?;
-        x = x
-            .iter()
-            .zip(&done)
-            .map(|(a, d)| d.iter().copied().max().or(*a))
-            .collect();
-    }
-    let flops = if step {
-        s.step_model_flops()
-    } else {
-        s.layer_model_flops()
-    };
-    // Model FLOPs of the replicas held (a replica is u tensor-parallel groups).
-    c.b.add_model_flops(flops * built as f64 / u as f64);
-    Ok(c.b.finish()?)
 }
 
 #[cfg(test)]
@@ -859,6 +1087,10 @@ mod tests {
             dp: 1,
             order: RankOrder::TpInner,
             ulysses: 1,
+            pp: 1,
+            pp_schedule: PpSchedule::OneFOneB,
+            recompute: Recompute::None,
+            zero: 3,
         }
     }
 

@@ -26,6 +26,15 @@ pub struct LayerShape {
     /// and all-to-alls around the attention give each rank heads/(tp·ulysses) heads of
     /// the whole sequence.
     pub ulysses: u32,
+    /// Pipeline stages (1: none) and the schedule the micro-batches flow by.
+    pub pp: u32,
+    pub pp_schedule: PpSchedule,
+    /// `full`: each layer's forward runs again before its backward.
+    pub recompute: Recompute,
+    /// ZeRO stage: 3 gathers the parameters before every micro-batch's forward, lower
+    /// stages once per step (the first micro-batch's; the distributed optimizer's
+    /// gather of the updated parameters, overlapped with the forward).
+    pub zero: u8,
 }
 
 impl LayerShape {
@@ -47,6 +56,10 @@ impl LayerShape {
             dp: sc.parallel.dp as u32,
             order: sc.parallel.order,
             ulysses: sc.parallel.ulysses as u32,
+            pp: sc.parallel.pp as u32,
+            pp_schedule: sc.parallel.pp_schedule,
+            recompute: sc.recompute,
+            zero: sc.zero,
         }
     }
 

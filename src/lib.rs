@@ -21,6 +21,7 @@ pub mod plan;
 pub mod plot;
 pub mod report;
 pub mod scenario;
+pub mod search;
 pub mod simulate;
 pub mod strategy;
 pub mod sweep;

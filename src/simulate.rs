@@ -43,12 +43,25 @@ pub fn run_strategy(
     let name = strategy.to_string();
     // A symmetric plan where nothing breaks the symmetry (no jitter, no straggler).
     let symmetric = opts.jitter.is_none() && opts.stragglers.is_empty();
-    let plan = strategy::build_with(sc, sc.workload, strategy, symmetric).map_err(|source| {
-        RunError::Strategy {
-            strategy: name.clone(),
-            source,
-        }
-    })?;
+    // Every op of a plan costs at least one event: a plan with more ops than the event
+    // budget is refused as over it while being built, before it all takes memory.
+    let max_ops = usize::try_from(opts.max_events).unwrap_or(usize::MAX);
+    let plan = strategy::build_limited(sc, sc.workload, strategy, symmetric, max_ops).map_err(
+        |source| match source {
+            StrategyError::Plan(crate::plan::PlanError::TooLarge { limit }) if limit == max_ops => {
+                RunError::Sim {
+                    strategy: name.clone(),
+                    source: SimError::EventBudget {
+                        budget: opts.max_events,
+                    },
+                }
+            }
+            source => RunError::Strategy {
+                strategy: name.clone(),
+                source,
+            },
+        },
+    )?;
     let opts = opts.clone().for_scenario(sc);
     let res = sim::simulate(&plan, &sc.hardware, &opts).map_err(|source| RunError::Sim {
         strategy: name.clone(),

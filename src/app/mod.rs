@@ -9,6 +9,7 @@ pub mod calibrate;
 pub mod collective;
 pub mod plot;
 pub mod run;
+pub mod search;
 pub mod simulate;
 pub mod sweep;
 pub mod validate;

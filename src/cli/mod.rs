@@ -7,6 +7,7 @@ mod collective;
 mod list;
 mod plot;
 mod run;
+mod search;
 mod simulate;
 mod sweep;
 mod validate;
@@ -58,6 +59,10 @@ pub enum Command {
     /// Simulate a grid of scenario points (any scenario field × strategies) in parallel:
     /// CSV/JSON rows, the best configuration per group, resumable, shardable.
     Sweep(Box<sweep::Args>),
+    /// Find the best training layouts (tp × pp × dp × ulysses, micro-batches, pipeline
+    /// schedule, recomputation, ZeRO) of a model on a machine for a global batch: the
+    /// ones that divide and fit, simulated in parallel and ranked by tokens/s.
+    Search(Box<search::Args>),
     /// Draw pictures (SVG or PNG): timeline Gantt charts of simulated or measured runs,
     /// and charts of a sweep.
     Plot(plot::Args),
@@ -190,6 +195,7 @@ pub fn main() -> ExitCode {
         Command::Validate(a) => validate::run(a),
         Command::Collective(a) => collective::run(a),
         Command::Sweep(a) => sweep::run(*a),
+        Command::Search(a) => search::run(*a),
         Command::Plot(a) => plot::run(a),
     };
     match r {

@@ -197,20 +197,21 @@ fn grid_spec(a: &RunArgs) -> Result<GridSpec, CliError> {
     Ok(spec)
 }
 
-fn progress(total: u64, quiet: bool) -> ProgressBar {
+/// A progress bar of `total` `unit` (points, layouts) on a terminal; hidden otherwise.
+pub(super) fn progress(total: u64, quiet: bool, unit: &'static str) -> ProgressBar {
     if quiet || !std::io::stderr().is_terminal() {
         return ProgressBar::hidden();
     }
     let pb = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
     pb.set_style(
-        ProgressStyle::with_template(
-            "{elapsed_precise} [{wide_bar}] {pos}/{len} points  {rate}  ETA {eta}",
-        )
+        ProgressStyle::with_template(&format!(
+            "{{elapsed_precise}} [{{wide_bar}}] {{pos}}/{{len}} {unit}  {{rate}}  ETA {{eta}}"
+        ))
         .expect("valid template")
         .with_key(
             "rate",
-            |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
-                let _ = write!(w, "{:.0} points/s", s.per_sec());
+            move |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                let _ = write!(w, "{:.1} {unit}/s", s.per_sec());
             },
         )
         .progress_chars("=> "),
@@ -234,7 +235,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
 }
 
 /// The progress bar (indicatif) on a terminal, nothing otherwise.
-struct Bar(ProgressBar);
+pub(super) struct Bar(pub(super) ProgressBar);
 
 impl app::Progress for Bar {
     fn start(&self, total: u64, done: u64) {
@@ -277,7 +278,7 @@ fn run_sweep(a: RunArgs) -> Result<(), CliError> {
         halt_after: a.halt_after,
         group_by: a.group_by.clone(),
     };
-    let bar = Bar(progress(0, a.quiet));
+    let bar = Bar(progress(0, a.quiet, "points"));
     let s = app::run(&req, &bar).map_err(super::from_app)?;
     emit(a.format, &s.file, &s.summary)
 }

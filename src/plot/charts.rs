@@ -72,13 +72,7 @@ fn metrics() -> Vec<&'static str> {
         .collect()
 }
 
-/// Metrics where more is better (the rest: less is better).
-fn higher_is_better(m: &str) -> bool {
-    matches!(
-        m,
-        "overlap_efficiency_ratio" | "mfu_ratio" | "speedup_vs_sequential_x" | "tokens_per_s"
-    )
-}
+use crate::report::higher_is_better;
 
 fn family(s: &str) -> &str {
     s.split(':').next().unwrap_or(s)

@@ -273,6 +273,14 @@ pub const FIGURES: [&str; 13] = [
     "bubble_ratio",
 ];
 
+/// Figures where more is better (the rest: less is better).
+pub fn higher_is_better(name: &str) -> bool {
+    matches!(
+        name,
+        "overlap_efficiency_ratio" | "mfu_ratio" | "speedup_vs_sequential_x" | "tokens_per_s"
+    )
+}
+
 impl Figures {
     /// The values in [`FIGURES`]' order as text, numbers in serde_json's shortest
     /// round-trip form (a missing ratio: empty).

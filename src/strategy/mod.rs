@@ -136,8 +136,28 @@ pub fn build_with(
     strategy: Strategy,
     symmetric: bool,
 ) -> Result<Plan, StrategyError> {
+    build_limited(
+        sc,
+        workload,
+        strategy,
+        symmetric,
+        crate::plan::DEFAULT_OP_LIMIT,
+    )
+}
+
+/// [`build_with`], refusing (with [`crate::plan::PlanError::TooLarge`]) a layer or step
+/// plan once it passes `max_ops` ops, before it is all built: a simulation whose event
+/// budget is smaller than its plan's ops cannot finish, and the layout search uses this
+/// to leave such layouts out at the cost of their first `max_ops` ops.
+pub fn build_limited(
+    sc: &Scenario,
+    workload: Workload,
+    strategy: Strategy,
+    symmetric: bool,
+    max_ops: usize,
+) -> Result<Plan, StrategyError> {
     match workload {
-        Workload::Layer | Workload::Step => layer_plan(sc, workload, strategy, symmetric),
+        Workload::Layer | Workload::Step => layer_plan(sc, workload, strategy, symmetric, max_ops),
         Workload::AgGemm | Workload::GemmRs | Workload::Mlp => {
             mlp_plan(sc, workload, strategy, symmetric)
         }
@@ -150,6 +170,7 @@ fn layer_plan(
     workload: Workload,
     strategy: Strategy,
     symmetric: bool,
+    max_ops: usize,
 ) -> Result<Plan, StrategyError> {
     let shape = layer::LayerShape::of(sc);
     let step = workload == Workload::Step;
@@ -179,6 +200,7 @@ fn layer_plan(
         step,
         shift,
         Some(net),
+        max_ops,
     )
 }
 
@@ -227,7 +249,13 @@ fn mlp_plan(
             shard_of(sites::gemm_rs(&mut b, &streams, strategy, "fc2", &shape, &ready)?.0)
         }
         Workload::Layer | Workload::Step => {
-            return layer_plan(sc, workload, strategy, symmetric);
+            return layer_plan(
+                sc,
+                workload,
+                strategy,
+                symmetric,
+                crate::plan::DEFAULT_OP_LIMIT,
+            );
         }
         Workload::Mlp => {
             b.add_model_flops(crate::cost::gemm_flops(m, shape.fc1_width, h));

@@ -465,6 +465,17 @@ impl Grid {
 
     /// The validated scenario of point `i`, with the grid's strategies.
     pub fn scenario(&self, i: u64) -> Result<Scenario, String> {
+        self.scenario_with(i, &[], "sweep")
+    }
+
+    /// Point `i`'s scenario with the fields `extra` set on top of its axes (`by` names
+    /// who set them, for errors: `search`).
+    pub fn scenario_with(
+        &self,
+        i: u64,
+        extra: &[(&str, toml::Value)],
+        by: &str,
+    ) -> Result<Scenario, String> {
         let mut t = self.base.clone();
         let mut origins = config::Origins::default();
         for (c, a) in self.coords(i).into_iter().zip(&self.axes) {
@@ -473,6 +484,12 @@ impl Grid {
                 a.field.clone(),
                 format!("command line (sweep {}={})", a.field, a.values[c]),
             );
+        }
+        for (field, v) in extra {
+            set(&mut t, field, v.clone())?;
+            origins
+                .flags
+                .insert(field.to_string(), format!("{by} ({field}={v})"));
         }
         let mut f = file_of(t)?;
         // Validated with `sequential` alone: a strategy that does not fit the point (a

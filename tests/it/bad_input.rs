@@ -68,6 +68,12 @@ fn swp(extra: &[&str]) -> Vec<String> {
     v
 }
 
+fn srch(extra: &[&str]) -> Vec<String> {
+    let mut v = vec!["search".to_string(), "--quiet".to_string()];
+    v.extend(extra.iter().map(|s| s.to_string()));
+    v
+}
+
 fn cases(d: &Path) -> Vec<Case> {
     let s = |x: &str| x.to_string();
     let hw_zero = write(
@@ -712,6 +718,67 @@ fn cases(d: &Path) -> Vec<Case> {
                 hw_zero.clone(),
                 s("--out"),
                 d.join("m").display().to_string(),
+            ],
+            code: 2,
+            says: vec![s("zero.toml"), s("not JSON")],
+        },
+        Case {
+            name: "search: no global batch",
+            args: srch(&[]),
+            code: 2,
+            says: vec![s("--global-batch is required")],
+        },
+        Case {
+            name: "search: degrees that divide nothing",
+            args: srch(&["--global-batch", "16", "--tp", "3"]),
+            code: 2,
+            says: vec![s("no layout to simulate"), s("27 indivisible")],
+        },
+        Case {
+            name: "search: no layout fits in memory",
+            args: srch(&[
+                "--global-batch",
+                "16",
+                "--model",
+                "llama-3-70b",
+                "--tp",
+                "1",
+                "--pp",
+                "1",
+                "--zero",
+                "1",
+                "--recompute",
+                "none",
+            ]),
+            code: 2,
+            says: vec![s("out of memory"), s("--zero 3 or --recompute full")],
+        },
+        Case {
+            name: "search: a figure that does not exist",
+            args: srch(&["--global-batch", "16", "--rank-by", "colour"]),
+            code: 2,
+            says: vec![s("--rank-by"), s("`colour`"), s("tokens_per_s")],
+        },
+        Case {
+            name: "search: ZeRO stage that does not exist",
+            args: srch(&["--global-batch", "16", "--zero", "7"]),
+            code: 2,
+            says: vec![s("--zero"), s("stage 7")],
+        },
+        Case {
+            name: "search: unknown pipeline schedule",
+            args: srch(&["--global-batch", "16", "--pp-schedule", "zigzag"]),
+            code: 2,
+            says: vec![s("--pp-schedule `zigzag`")],
+        },
+        Case {
+            name: "search merge: not a search",
+            args: vec![
+                s("search"),
+                s("merge"),
+                hw_zero.clone(),
+                s("--out"),
+                d.join("sm").display().to_string(),
             ],
             code: 2,
             says: vec![s("zero.toml"), s("not JSON")],

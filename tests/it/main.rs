@@ -8,4 +8,5 @@ mod limits;
 mod notebooks;
 mod plot;
 mod properties;
+mod search;
 mod sweep;

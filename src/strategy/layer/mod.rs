@@ -601,6 +601,7 @@ pub fn build(
     step: bool,
     shift: Option<u32>,
     net: Option<Net>,
+    max_ops: usize,
 ) -> Result<Plan, StrategyError> {
     for st in std::iter::once(&strategy).chain(sites.values()) {
         check_layer(*st, s, step)?;
@@ -637,11 +638,12 @@ pub fn build(
         }
         _ => groups_all,
     };
-    let mut b = if built < groups_all {
+    let b = if built < groups_all {
         PlanBuilder::symmetric(world, built * tp * pp)
     } else {
         PlanBuilder::new(world).without_dataflow()
     };
+    let mut b = b.with_op_limit(max_ops.min(crate::plan::DEFAULT_OP_LIMIT));
     let schedule = match (pp, s.pp_schedule) {
         (1, PpSchedule::GPipe) => PpSchedule::GPipe,
         (1, _) => PpSchedule::OneFOneB,
@@ -1121,7 +1123,7 @@ mod tests {
     fn the_plan_carries_the_model_flops_and_every_site() {
         let s = shape("llama-3-8b", 4, 1, 2048);
         for st in [Strategy::Sequential, Strategy::Chunked(4), Strategy::Flash] {
-            let p = build(&s, st, &BTreeMap::new(), false, None, None).unwrap();
+            let p = build(&s, st, &BTreeMap::new(), false, None, None, usize::MAX).unwrap();
             assert_eq!(p.model_flops, s.layer_model_flops());
             assert!(!p.has_dataflow());
             for site in [
@@ -1180,10 +1182,10 @@ mod tests {
     fn per_site_strategies_change_only_their_sites() {
         let s = shape("llama-3-8b", 4, 1, 2048);
         let mut sites = BTreeMap::new();
-        let plain = build(&s, Strategy::Flash, &sites, false, None, None).unwrap();
+        let plain = build(&s, Strategy::Flash, &sites, false, None, None, usize::MAX).unwrap();
         sites.insert("fc2".to_string(), Strategy::Chunked(4));
         sites.insert("bwd.qkv".to_string(), Strategy::Sequential);
-        let mixed = build(&s, Strategy::Flash, &sites, false, None, None).unwrap();
+        let mixed = build(&s, Strategy::Flash, &sites, false, None, None, usize::MAX).unwrap();
         mixed.check_deadlock_free().unwrap();
         let count = |p: &Plan, site: &str| {
             let i = p.sites.iter().position(|x| x == site).unwrap() as u16;
@@ -1205,7 +1207,7 @@ mod tests {
     fn query_split_conserves_attention_work_and_slices_grow() {
         let s = shape("llama-3-8b", 4, 1, 4096);
         let flops = |st: Strategy| {
-            let p = build(&s, st, &BTreeMap::new(), false, None, None).unwrap();
+            let p = build(&s, st, &BTreeMap::new(), false, None, None, usize::MAX).unwrap();
             let mut v: Vec<f64> = p
                 .ops
                 .iter()

@@ -1,0 +1,234 @@
+//! `search` through the binary: its rows are `simulate`'s figures for the same layout,
+//! whatever the thread count or sharding; screening by extrapolation stays close to the
+//! whole step; what it leaves out is counted.
+
+use super::cli::bin;
+
+/// A small search: 8 GPUs, an 8B model, tp × pp with pipelines long enough to screen.
+const SPACE: &[&str] = &[
+    "search",
+    "--model",
+    "llama-3-8b",
+    "--hardware",
+    "h100-sxm-8",
+    "--seq",
+    "1024",
+    "--global-batch",
+    "16",
+    "--tp",
+    "2,4",
+    "--pp",
+    "1,2",
+    "--strategy",
+    "sequential,flash",
+    "--quiet",
+];
+
+fn search(extra: &[&str]) -> String {
+    let out = bin()
+        .args(SPACE)
+        .args(extra)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    String::from_utf8(out).unwrap()
+}
+
+fn json(extra: &[&str]) -> serde_json::Value {
+    let mut args = vec!["--format", "json"];
+    args.extend_from_slice(extra);
+    serde_json::from_str(&search(&args)).unwrap()
+}
+
+fn rows(doc: &serde_json::Value) -> &Vec<serde_json::Value> {
+    doc["rows"].as_array().unwrap()
+}
+
+#[test]
+fn the_best_row_is_what_simulate_gives_for_its_layout() {
+    let doc = json(&["--threads", "2"]);
+    let rows = rows(&doc);
+    let c = &doc["counts"];
+    assert_eq!(
+        rows.len() as u64,
+        c["layouts"].as_u64().unwrap() * 2,
+        "one row per layout and strategy"
+    );
+    for (i, r) in rows.iter().enumerate() {
+        assert_eq!(r["rank"], i as u64 + 1);
+        assert!(r["memory_gib"].as_f64().unwrap() < 80.0, "{r}");
+    }
+    // The exact rows are in descending tokens/s.
+    let exact: Vec<f64> = rows
+        .iter()
+        .filter(|r| !r["exact"].is_null())
+        .map(|r| r["exact"]["tokens_per_s"].as_f64().unwrap())
+        .collect();
+    assert!(exact.windows(2).all(|w| w[0] >= w[1]), "{exact:?}");
+    // The best row, simulated by `simulate` with the layout's flags: the same f64s.
+    let best = &rows[0];
+    let n = |k: &str| best[k].to_string().trim_matches('"').to_string();
+    let out = bin()
+        .args([
+            "simulate",
+            "--model",
+            "llama-3-8b",
+            "--hardware",
+            "h100-sxm-8",
+        ])
+        .args(["--seq", "1024", "--workload", "step"])
+        .args(["--tp", &n("tp"), "--pp", &n("pp"), "--dp", &n("dp")])
+        .args([
+            "--pp-schedule",
+            &n("schedule"),
+            "--recompute",
+            &n("recompute"),
+        ])
+        .args(["--zero", &n("zero"), "--batch", &n("micro_batch")])
+        .args(["--micro-batches", &n("micro_batches")])
+        .args(["--strategy", &format!("sequential,{}", n("strategy"))])
+        .args(["--format", "json"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let sim: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let want = sim["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["strategy"] == best["strategy"])
+        .unwrap();
+    for f in [
+        "makespan_us",
+        "tokens_per_s",
+        "mfu_ratio",
+        "exposed_comm_us",
+    ] {
+        assert_eq!(best["exact"][f].to_string(), want[f].to_string(), "{f}");
+    }
+}
+
+#[test]
+fn thread_count_and_sharding_do_not_change_the_result() {
+    let one = search(&["--format", "json", "--threads", "1"]);
+    let two = search(&["--format", "json", "--threads", "2"]);
+    assert_eq!(one, two, "thread count changed the output");
+    let d = tempfile::tempdir().unwrap();
+    for i in 0..2 {
+        let out = d.path().join(format!("s{i}"));
+        search(&["--shard", &format!("{i}/2"), "--out", out.to_str().unwrap()]);
+    }
+    let merged = d.path().join("merged");
+    bin()
+        .args(["search", "merge"])
+        .arg(d.path().join("s0"))
+        .arg(d.path().join("s1").join("search.json"))
+        .arg("--out")
+        .arg(&merged)
+        .assert()
+        .success();
+    let whole = d.path().join("whole");
+    search(&["--out", whole.to_str().unwrap()]);
+    for f in ["search.json", "search.csv", "summary.txt"] {
+        let a = std::fs::read_to_string(whole.join(f)).unwrap();
+        let b = std::fs::read_to_string(merged.join(f)).unwrap();
+        assert_eq!(a, b, "{f}: merged shards differ from one search");
+    }
+    // The JSON written is the JSON printed.
+    let printed: serde_json::Value = serde_json::from_str(&one).unwrap();
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(whole.join("search.json")).unwrap()).unwrap();
+    assert_eq!(printed, written);
+}
+
+#[test]
+fn screened_figures_stay_close_to_the_whole_step() {
+    let screened = json(&["--verify", "0"]);
+    let exact = json(&["--exact"]);
+    let key = |r: &serde_json::Value| {
+        (
+            r["tp"].as_u64().unwrap(),
+            r["pp"].as_u64().unwrap(),
+            r["micro_batch"].as_u64().unwrap(),
+            r["schedule"].as_str().unwrap().to_string(),
+            r["recompute"].as_str().unwrap().to_string(),
+            r["strategy"].as_str().unwrap().to_string(),
+        )
+    };
+    let mut checked = 0;
+    for r in rows(&screened).iter().filter(|r| r["extrapolated"] == true) {
+        assert!(r["exact"].is_null(), "--verify 0 simulates nothing whole");
+        let e = rows(&exact)
+            .iter()
+            .find(|x| key(x) == key(r))
+            .expect("the same layout in the exact search");
+        assert_eq!(e["extrapolated"], false);
+        for f in ["makespan_us", "tokens_per_s"] {
+            let (a, b) = (
+                r["screened"][f].as_f64().unwrap(),
+                e["exact"][f].as_f64().unwrap(),
+            );
+            assert!(
+                (a - b).abs() <= 0.01 * b,
+                "{:?} {f}: screened {a} vs whole {b}",
+                key(r)
+            );
+        }
+        checked += 1;
+    }
+    assert!(checked >= 4, "only {checked} rows were screened");
+}
+
+#[test]
+fn a_dry_run_lists_the_layouts_and_simulates_nothing() {
+    let out = search(&["--dry-run"]);
+    assert!(
+        out.starts_with("search (dry run): llama-3-8b on h100-sxm-8 (8 GPUs)"),
+        "{out}"
+    );
+    let doc = json(&["--dry-run"]);
+    assert!(rows(&doc).is_empty());
+    let layouts = doc["counts"]["layouts"].as_u64().unwrap();
+    assert!(layouts > 0);
+    let listed = out.lines().filter(|l| l.contains("GiB)")).count() as u64;
+    assert_eq!(listed, layouts, "{out}");
+}
+
+#[test]
+fn layouts_over_the_event_budget_are_counted_not_ranked() {
+    let all = json(&[]);
+    let tight = json(&["--max-events", "150000"]);
+    let over: Vec<&str> = tight["counts"]["over_budget"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(!over.is_empty(), "the budget left nothing out");
+    assert!(
+        rows(&tight).len() < rows(&all).len(),
+        "layouts over the budget were ranked"
+    );
+    let out = search(&["--max-events", "150000"]);
+    assert!(out.contains("over the simulation budget"), "{out}");
+    let none = search(&["--max-events", "10"]);
+    assert!(
+        none.contains("every layout is over the simulation budget: raise --max-events"),
+        "{none}"
+    );
+}
+
+#[test]
+fn csv_columns() {
+    let out = search(&["--format", "csv"]);
+    let header = out.lines().next().unwrap();
+    insta::assert_snapshot!(header);
+    let cols = header.split(',').count();
+    for l in out.lines().skip(1) {
+        assert_eq!(l.split(',').count(), cols, "{l}");
+    }
+}

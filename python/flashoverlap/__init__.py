@@ -28,6 +28,8 @@ __all__ = [
     "collective",
     "sweep",
     "Sweep",
+    "search",
+    "Search",
     "load_timeline",
     "presets",
     "simulate",
@@ -334,6 +336,110 @@ def sweep(
         )
     )
     return Sweep(doc["sweep"], doc["csv"], doc["summary"])
+
+
+class Search:
+    """What ``search`` returns: the layouts it simulated, best first, as the command's
+    ``search.json`` has them (``rank``, ``tp``, ``pp``, ``dp``, ``ulysses``,
+    ``micro_batch``, ``micro_batches``, ``schedule``, ``recompute``, ``zero``,
+    ``strategy``, ``memory_gib``, ``extrapolated``, ``screened`` and ``exact`` figures
+    under ``FIGURES``' names); ``counts``, what it considered and left out and why;
+    ``summary``, the table it prints; ``csv``, its ``search.csv``."""
+
+    def __init__(self, document: Dict[str, Any], csv: str, summary: str):
+        self.document = document
+        self.rows: List[Dict[str, Any]] = document["rows"]
+        self.counts: Dict[str, Any] = document["counts"]
+        self.csv = csv
+        self.summary = summary
+
+    @property
+    def best(self) -> Optional[Dict[str, Any]]:
+        """The first row (``None`` when nothing could be ranked)."""
+        return self.rows[0] if self.rows else None
+
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
+        return iter(self.rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __repr__(self) -> str:
+        return f"<Search: {len(self.rows)} rows of {self.counts['layouts']} layouts>"
+
+    def to_pandas(self) -> Any:
+        """The rows as ``search.csv`` has them (the layout, then each figure: exact
+        where simulated whole, else screened)."""
+        import io
+
+        return _pandas().read_csv(io.StringIO(self.csv))
+
+
+def search(
+    global_batch: int,
+    scenario: str = "default",
+    *,
+    tp: Optional[Sequence[int]] = None,
+    pp: Optional[Sequence[int]] = None,
+    max_pp: int = 16,
+    ulysses: Sequence[int] = (1,),
+    micro_batch: Sequence[int] = (1, 2, 4),
+    pp_schedule: Optional[Sequence[str]] = None,
+    recompute: Optional[Sequence[str]] = None,
+    zero: Sequence[int] = (1, 3),
+    rank_order: str = "tp-pp-dp",
+    strategies: Optional[Union[str, Sequence[str]]] = None,
+    rank_by: str = "tokens_per_s",
+    exact: bool = False,
+    verify: int = 5,
+    top: int = 10,
+    threads: int = 0,
+    shard: Optional[str] = None,
+    max_events: Optional[int] = None,
+    out: Optional[str] = None,
+    force: bool = False,
+    dry_run: bool = False,
+    **fields: Any,
+) -> Search:
+    """Rank the layouts of a model on a machine for ``global_batch`` sequences per step,
+    as ``flashoverlap search`` does: ``fields`` set the base scenario (``model``,
+    ``hardware``, ``nodes``, ``seq``, any scenario key as ``parallel__sp``), one value
+    each; ``tp``, ``pp``, ``ulysses``, ``micro_batch``, ``pp_schedule`` (``"1f1b"``,
+    ``"interleaved:V"``, ``"gpipe"``; default 1f1b and interleaved:2), ``recompute``
+    (default none and full) and ``zero`` bound the layouts tried. ``out`` writes the
+    command's files there; ``dry_run`` lists the layouts without simulating them (in
+    ``summary``)."""
+    kwargs: Dict[str, Any] = {}
+    if max_events is not None:
+        kwargs["max_events"] = max_events
+    doc = json.loads(
+        _core.search(
+            global_batch,
+            scenario,
+            fields=fields,
+            tp=None if tp is None else list(tp),
+            pp=None if pp is None else list(pp),
+            max_pp=max_pp,
+            ulysses=list(ulysses),
+            micro_batch=list(micro_batch),
+            pp_schedule=None if pp_schedule is None else list(pp_schedule),
+            recompute=None if recompute is None else list(recompute),
+            zero=list(zero),
+            rank_order=rank_order,
+            strategies=strategies,
+            rank_by=rank_by,
+            exact=exact,
+            verify=verify,
+            top=top,
+            threads=threads,
+            shard=shard,
+            out=None if out is None else str(out),
+            force=force,
+            dry_run=dry_run,
+            **kwargs,
+        )
+    )
+    return Search(doc["search"], doc["csv"], doc["summary"])
 
 
 def load_timeline(path: str) -> Timeline:

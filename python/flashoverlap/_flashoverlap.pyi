@@ -1,6 +1,6 @@
 """Type stubs of the compiled module (JSON text in, JSON text out; see __init__.py)."""
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 __version__: str
 
@@ -40,6 +40,31 @@ def sweep(
     shard: Optional[str] = ...,
     group_by: Optional[List[str]] = ...,
     axes: Optional[Dict[str, Any]] = ...,
+) -> str: ...
+def search(
+    global_batch: int,
+    scenario: str = ...,
+    fields: Optional[Dict[str, Any]] = ...,
+    tp: Optional[List[int]] = ...,
+    pp: Optional[List[int]] = ...,
+    max_pp: int = ...,
+    ulysses: List[int] = ...,
+    micro_batch: List[int] = ...,
+    pp_schedule: Optional[List[str]] = ...,
+    recompute: Optional[List[str]] = ...,
+    zero: List[int] = ...,
+    rank_order: str = ...,
+    strategies: Optional[Union[str, List[str]]] = ...,
+    rank_by: str = ...,
+    exact: bool = ...,
+    verify: int = ...,
+    top: int = ...,
+    threads: int = ...,
+    shard: Optional[str] = ...,
+    max_events: int = ...,
+    out: Optional[str] = ...,
+    force: bool = ...,
+    dry_run: bool = ...,
 ) -> str: ...
 def presets() -> List[Tuple[str, str]]: ...
 def figures() -> List[str]: ...

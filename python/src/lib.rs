@@ -367,6 +367,138 @@ fn sweep(
     ))
 }
 
+/// The layouts of a model on a machine for a global batch, ranked (`flashoverlap
+/// search`). `fields` sets the base scenario's fields (`model`, `hardware`, `nodes`,
+/// `seq`, any scenario key), one value each. JSON of `{"search": <the command's
+/// search.json>, "csv": <its search.csv>, "summary": <its table>}`.
+#[pyfunction]
+#[pyo3(signature = (
+    global_batch,
+    scenario = "default",
+    fields = None,
+    tp = None,
+    pp = None,
+    max_pp = 16,
+    ulysses = vec![1],
+    micro_batch = vec![1, 2, 4],
+    pp_schedule = None,
+    recompute = None,
+    zero = vec![1, 3],
+    rank_order = "tp-pp-dp",
+    strategies = None,
+    rank_by = "tokens_per_s",
+    exact = false,
+    verify = 5,
+    top = 10,
+    threads = 0,
+    shard = None,
+    max_events = flashoverlap::search::DEFAULT_MAX_EVENTS,
+    out = None,
+    force = false,
+    dry_run = false
+))]
+#[allow(clippy::too_many_arguments)]
+fn search(
+    py: Python<'_>,
+    global_batch: i64,
+    scenario: &str,
+    fields: Option<&Bound<'_, PyDict>>,
+    tp: Option<Vec<i64>>,
+    pp: Option<Vec<i64>>,
+    max_pp: u64,
+    ulysses: Vec<i64>,
+    micro_batch: Vec<i64>,
+    pp_schedule: Option<Vec<String>>,
+    recompute: Option<Vec<String>>,
+    zero: Vec<u8>,
+    rank_order: &str,
+    strategies: Option<&Bound<'_, PyAny>>,
+    rank_by: &str,
+    exact: bool,
+    verify: u64,
+    top: usize,
+    threads: usize,
+    shard: Option<&str>,
+    max_events: u64,
+    out: Option<&str>,
+    force: bool,
+    dry_run: bool,
+) -> PyResult<String> {
+    use flashoverlap::app::search as app;
+    use flashoverlap::sweep::Shard;
+    let bad = |arg: &str, msg: String| PyValueError::new_err(format!("argument ({arg}): {msg}"));
+    let mut base = Vec::new();
+    if let Some(f) = fields {
+        for (k, v) in f.iter() {
+            let key = text("a field", &k)?;
+            if v.is_none() {
+                continue;
+            }
+            if v.is_instance_of::<PyList>() || v.is_instance_of::<pyo3::types::PyTuple>() {
+                return Err(type_error(
+                    &key,
+                    "one value (a search runs on one machine and model)",
+                    &v,
+                ));
+            }
+            let value = axis_values(&key, &v)?;
+            base.push((key.clone(), key.replace("__", "."), value));
+        }
+    }
+    let spec = app::base_spec(scenario, &base).map_err(app_error)?;
+    let gb = app::counts("global_batch", &[global_batch]).map_err(app_error)?[0];
+    let mut r = app::Request::new(spec, gb);
+    r.space.tp = tp
+        .map(|v| app::counts("tp", &v))
+        .transpose()
+        .map_err(app_error)?;
+    r.space.pp = pp
+        .map(|v| app::counts("pp", &v))
+        .transpose()
+        .map_err(app_error)?;
+    r.space.max_pp = max_pp;
+    r.space.ulysses = app::counts("ulysses", &ulysses).map_err(app_error)?;
+    r.space.micro_batch = app::counts("micro_batch", &micro_batch).map_err(app_error)?;
+    r.space.zero = zero;
+    let defaults = flashoverlap::search::Space::default();
+    app::SpaceText {
+        schedules: pp_schedule
+            .unwrap_or_else(|| defaults.schedules.iter().map(|s| s.to_string()).collect()),
+        recompute: recompute.unwrap_or_else(|| {
+            defaults
+                .recompute
+                .iter()
+                .map(|s| s.name().to_string())
+                .collect()
+        }),
+        rank_order: rank_order.to_string(),
+        strategies: strategies.map(|v| names("strategies", v)).transpose()?,
+        rank_by: rank_by.to_string(),
+    }
+    .apply(&mut r, &|name| name.to_string())
+    .map_err(app_error)?;
+    r.exact = exact;
+    r.verify = verify;
+    r.top = top;
+    r.threads = threads;
+    r.shard = shard
+        .map(Shard::parse)
+        .transpose()
+        .map_err(|e| bad("shard", e.to_string()))?;
+    r.max_events = max_events;
+    r.out = out.map(std::path::PathBuf::from);
+    r.force = force;
+    r.dry_run = dry_run;
+    let s = py.detach(|| app::run(&r, &())).map_err(app_error)?;
+    let err = |e: serde_json::Error| PyRuntimeError::new_err(e.to_string());
+    Ok(format!(
+        "{{\"search\": {}, \"csv\": {}, \"summary\": {}}}",
+        flashoverlap::search::json(&s.file),
+        serde_json::to_string(&flashoverlap::search::csv(&s.file)).map_err(err)?,
+        serde_json::to_string(&s.summary).map_err(err)?
+    ))
+}
+
 /// A use case's error as the Python exception of its kind: bad input a `ValueError` (an
 /// input that could not be read at all an `OSError`), an output that could not be
 /// written an `OSError`, a failed run a `RuntimeError`; the message the command line
@@ -466,6 +598,7 @@ fn _flashoverlap(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(validate, m)?)?;
     m.add_function(wrap_pyfunction!(collective, m)?)?;
     m.add_function(wrap_pyfunction!(sweep, m)?)?;
+    m.add_function(wrap_pyfunction!(search, m)?)?;
     m.add_function(wrap_pyfunction!(presets, m)?)?;
     m.add_function(wrap_pyfunction!(figures, m)?)?;
     m.add_function(wrap_pyfunction!(arguments, m)?)?;

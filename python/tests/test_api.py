@@ -141,6 +141,40 @@ def test_sweep_is_the_commands(tmp_path):
     assert {"tp", "seq", "strategy", "makespan_us"} <= set(df.columns)
 
 
+def test_search_is_the_commands(tmp_path):
+    args = dict(model="llama-3-8b", hardware="h100-sxm-8", seq=1024, tp=[2, 4], pp=[1, 2])
+    s = fo.search(16, strategies="sequential,flash", threads=1, **args)
+    assert len(s) == 2 * s.counts["layouts"]
+    assert [r["rank"] for r in s] == list(range(1, len(s) + 1))
+    assert s.best is s.rows[0] and s.best["exact"] is not None
+    assert "llama-3-8b on h100-sxm-8 (8 GPUs)" in s.summary
+    exe = os.environ.get("FLASHOVERLAP_BIN")
+    if exe:
+        out = subprocess.run(
+            [exe, "search", "--quiet", "--global-batch", "16", "--model", "llama-3-8b",
+             "--hardware", "h100-sxm-8", "--seq", "1024", "--tp", "2,4", "--pp", "1,2",
+             "--strategy", "sequential,flash", "--format", "csv"],
+            check=True, capture_output=True, text=True,
+        ).stdout
+        assert out == s.csv
+    d = tmp_path / "search"
+    fo.search(16, strategies="flash", out=d, **args)
+    assert {p.name for p in d.iterdir()} == {"search.json", "search.csv", "summary.txt"}
+    with pytest.raises(OSError, match="exists"):
+        fo.search(16, out=d, **args)
+    dry = fo.search(16, dry_run=True, **args)
+    assert len(dry) == 0 and "search (dry run)" in dry.summary
+    with pytest.raises(ValueError, match="pp_schedule `zigzag`"):
+        fo.search(16, pp_schedule=["zigzag"])
+    with pytest.raises(ValueError, match="no layout to simulate"):
+        fo.search(16, tp=[3])
+    with pytest.raises(TypeError, match="one value"):
+        fo.search(16, model=["llama-3-8b", "llama-3-70b"])
+    pytest.importorskip("pandas", reason="pandas is not installed")
+    df = s.to_pandas()
+    assert {"tp", "pp", "dp", "strategy", "tokens_per_s", "memory_gib"} <= set(df.columns)
+
+
 RUN = os.path.join(os.path.dirname(__file__), "..", "..", "results", "h200-2026-12-04", "emu-none-llama-ag-gemm-tp8-b3")
 
 

@@ -65,6 +65,42 @@ impl Request {
     }
 }
 
+/// The base of a search: `scenario` with one value per field in `fields`, each `(as
+/// the user named it, key, value)` (`("--nodes", "nodes", "128")`; a key is `model`,
+/// `hardware`, `nodes`, `seq` or any scenario key). A search runs on one machine and
+/// one model: a list is refused.
+pub fn base_spec(scenario: &str, fields: &[(String, String, String)]) -> Result<GridSpec, Error> {
+    let mut spec = GridSpec {
+        scenario: scenario.to_string(),
+        dir: None,
+        axes: Vec::new(),
+    };
+    for (named, key, v) in fields {
+        if v.contains(',') {
+            return Err(Error::input(search::SearchError::Input {
+                what: format!("{named} `{v}`"),
+                reason: format!("a search runs on one {key} (sweep compares several)"),
+            }));
+        }
+        spec.set_axis(key, vec![v.clone()]);
+    }
+    Ok(spec)
+}
+
+/// Counts of at least 1 (`--tp 4,8`), as `flag` names them.
+pub fn counts(flag: &str, v: &[i64]) -> Result<Vec<u64>, Error> {
+    v.iter()
+        .map(|&x| {
+            u64::try_from(x).ok().filter(|&x| x >= 1).ok_or_else(|| {
+                Error::input(search::SearchError::Input {
+                    what: flag.to_string(),
+                    reason: format!("{x} must be at least 1"),
+                })
+            })
+        })
+        .collect()
+}
+
 /// A search space given as text, as the command line and Python take it: each list's
 /// values as written (`"1f1b"`, `"interleaved:2"`, `"full"`, `"flash"`). `flag` names
 /// each argument in errors (`--pp-schedule` on the command line, `pp_schedule` in

@@ -149,23 +149,7 @@ pub struct RunArgs {
     pub max_events: u64,
 }
 
-fn counts(flag: &str, v: &[i64]) -> Result<Vec<u64>, CliError> {
-    v.iter()
-        .map(|&x| {
-            u64::try_from(x)
-                .ok()
-                .filter(|&x| x >= 1)
-                .ok_or_else(|| CliError::input(format!("{flag}: {x} must be at least 1")))
-        })
-        .collect()
-}
-
 fn spec(a: &RunArgs) -> Result<GridSpec, CliError> {
-    let mut spec = GridSpec {
-        scenario: a.scenario.clone(),
-        dir: None,
-        axes: Vec::new(),
-    };
     let named = [
         ("model", &a.model),
         ("hardware", &a.hardware),
@@ -175,23 +159,28 @@ fn spec(a: &RunArgs) -> Result<GridSpec, CliError> {
         ("transport", &a.transport),
         ("interference", &a.interference),
     ];
-    for (key, v) in named {
-        if let Some(v) = v {
-            if v.contains(',') {
-                return Err(CliError::input(format!(
-                    "--{key} `{v}`: a search runs on one {key} (sweep compares several)"
-                )));
-            }
-            spec.set_axis(key, vec![v.clone()]);
-        }
-    }
+    let mut fields: Vec<(String, String, String)> = named
+        .into_iter()
+        .filter_map(|(k, v)| {
+            v.as_ref()
+                .map(|v| (format!("--{k}"), k.to_string(), v.clone()))
+        })
+        .collect();
     for s in &a.set {
         let (k, v) = s
             .split_once('=')
             .ok_or_else(|| CliError::input(format!("--set `{s}`: expected FIELD=VALUE")))?;
-        spec.set_axis(k.trim(), vec![v.to_string()]);
+        fields.push((
+            format!("--set {}", k.trim()),
+            k.trim().to_string(),
+            v.to_string(),
+        ));
     }
-    Ok(spec)
+    app::base_spec(&a.scenario, &fields).map_err(super::from_app)
+}
+
+fn counts(flag: &str, v: &[i64]) -> Result<Vec<u64>, CliError> {
+    app::counts(flag, v).map_err(super::from_app)
 }
 
 fn request(a: &RunArgs) -> Result<app::Request, CliError> {

@@ -143,7 +143,12 @@ pub fn timeline_json(data: &[u8]) {
 pub fn sweep_json(data: &[u8]) {
     let Some(t) = text(data) else { return };
     if let Ok(f) = SweepFile::parse("fuzz.json", t) {
-        let _ = crate::sweep::summary(&f, None);
+        let _ = crate::sweep::summary(&f, None, None);
+        let _ = crate::sweep::summary(
+            &f,
+            None,
+            Some(&crate::report::RankBy("exposed_comm_us".into())),
+        );
         let _ = crate::sweep::csv(&f);
         let _ = crate::plot::lines_from_sweep(&f, "seq", "makespan_us", "auto", &[]);
         let _ = crate::plot::heatmap_from_sweep(&f, "seq", "tp", "makespan_us", "family", &[]);

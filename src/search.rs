@@ -23,6 +23,7 @@
 //! ([`extrapolate`]). The best rows are then simulated whole (`verify`), and those exact
 //! figures rank them.
 
+pub use crate::report::RankBy;
 use crate::report::{self, Figures};
 use crate::scenario::{PpSchedule, RankOrder, Recompute, Scenario, Strategy};
 use crate::simulate;
@@ -561,42 +562,6 @@ pub fn verify(
     })?;
     let (f, _) = simulate_all(&c.layout, sc, &[s], max_events)?;
     Ok(f.into_iter().next().expect("one strategy"))
-}
-
-/// What to rank by: a figure of [`report::FIGURES`] and its direction.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RankBy(pub String);
-
-impl RankBy {
-    pub fn parse(s: &str) -> Result<RankBy, String> {
-        if !report::FIGURES.contains(&s) || matches!(s, "critical_rank") {
-            return Err(format!(
-                "`{s}` is not a figure to rank by (one of: {})",
-                report::FIGURES
-                    .iter()
-                    .filter(|f| **f != "critical_rank")
-                    .copied()
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
-        }
-        Ok(RankBy(s.to_string()))
-    }
-
-    /// Sort key: smaller is better; a missing figure ranks last.
-    fn key(&self, f: &Figures) -> f64 {
-        match f.get(&self.0) {
-            Some(x) if report::higher_is_better(&self.0) => -x,
-            Some(x) => x,
-            None => f64::INFINITY,
-        }
-    }
-}
-
-impl Default for RankBy {
-    fn default() -> RankBy {
-        RankBy("tokens_per_s".into())
-    }
 }
 
 /// Sort `rows` best first by `by` on `fig(row)`, ties by enumeration order and strategy,

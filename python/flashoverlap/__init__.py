@@ -311,6 +311,7 @@ def sweep(
     allow_oom: bool = False,
     shard: Optional[str] = None,
     group_by: Optional[Sequence[str]] = None,
+    rank_by: Optional[str] = None,
     **axes: Any,
 ) -> Sweep:
     """Simulate a grid of scenario points, as ``flashoverlap sweep`` does: each keyword
@@ -318,7 +319,9 @@ def sweep(
     key as ``parallel__sp`` for ``parallel.sp``) with a value or a list of values, in
     the command's forms (``seq=["1k", "4k..16k*2"]``, ``strategy="sequential,chunked:2..8*2"``).
     ``grid`` reads a sweep file; ``out`` writes the command's files there (and
-    ``resume`` continues an interrupted sweep in it)."""
+    ``resume`` continues an interrupted sweep in it). ``rank_by`` names the figure the
+    summary ranks by (default makespan, or tokens/s where a group mixes global
+    batches)."""
     fields = {k.replace("__", "."): v for k, v in axes.items()}
     doc = json.loads(
         _core.sweep(
@@ -333,6 +336,7 @@ def sweep(
             shard,
             None if group_by is None else list(group_by),
             fields,
+            rank_by,
         )
     )
     return Sweep(doc["sweep"], doc["csv"], doc["summary"])

@@ -40,6 +40,7 @@ def sweep(
     shard: Optional[str] = ...,
     group_by: Optional[List[str]] = ...,
     axes: Optional[Dict[str, Any]] = ...,
+    rank_by: Optional[str] = ...,
 ) -> str: ...
 def search(
     global_batch: int,

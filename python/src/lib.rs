@@ -296,7 +296,8 @@ fn axis_values(arg: &str, v: &Bound<'_, PyAny>) -> PyResult<String> {
     allow_oom = false,
     shard = None,
     group_by = None,
-    axes = None
+    axes = None,
+    rank_by = None
 ))]
 #[allow(clippy::too_many_arguments)]
 fn sweep(
@@ -312,6 +313,7 @@ fn sweep(
     shard: Option<&str>,
     group_by: Option<Vec<String>>,
     axes: Option<&Bound<'_, PyDict>>,
+    rank_by: Option<&str>,
 ) -> PyResult<String> {
     use flashoverlap::app::sweep as app;
     use flashoverlap::sweep::{GridSpec, RunOptions, Shard};
@@ -356,6 +358,10 @@ fn sweep(
         },
         halt_after: None,
         group_by,
+        rank_by: rank_by
+            .map(flashoverlap::report::RankBy::parse)
+            .transpose()
+            .map_err(|e| bad("rank_by", e))?,
     };
     let s = py.detach(|| app::run(&req, &())).map_err(app_error)?;
     let err = |e: serde_json::Error| PyRuntimeError::new_err(e.to_string());

@@ -32,6 +32,9 @@ pub struct Request {
     pub halt_after: Option<u64>,
     /// The summary's groups.
     pub group_by: Option<Vec<String>>,
+    /// The figure the summary ranks by (default: makespan, or tokens/s where a group
+    /// mixes global batches).
+    pub rank_by: Option<crate::report::RankBy>,
 }
 
 /// Progress of the points, for a front end to show.
@@ -166,7 +169,7 @@ pub fn run(a: &Request, pb: &dyn Progress) -> Result<Sweep, Error> {
                     p.json.display()
                 )));
             }
-            let summary = sweep::summary(&f, a.group_by.as_deref());
+            let summary = sweep::summary(&f, a.group_by.as_deref(), a.rank_by.as_ref());
             return Ok(Sweep { file: f, summary });
         }
         if !a.force && !resuming {
@@ -269,7 +272,7 @@ pub fn run(a: &Request, pb: &dyn Progress) -> Result<Sweep, Error> {
         )));
     }
     let f = SweepFile::new(&info, grid.rows(), shard, rows);
-    let summary = sweep::summary(&f, a.group_by.as_deref());
+    let summary = sweep::summary(&f, a.group_by.as_deref(), a.rank_by.as_ref());
     if let Some(dir) = &a.out {
         let p = Paths::of(dir);
         write_outputs(dir, &f, &summary, true)?;
@@ -285,6 +288,7 @@ pub fn merge(
     out: &Path,
     force: bool,
     group_by: Option<&[String]>,
+    rank_by: Option<&crate::report::RankBy>,
 ) -> Result<Sweep, Error> {
     let mut files = Vec::with_capacity(inputs.len());
     for p in inputs {
@@ -302,7 +306,7 @@ pub fn merge(
     }
     let f = sweep::merge(files).map_err(Error::input)?;
     std::fs::create_dir_all(out).map_err(|e| write_err(out, e))?;
-    let summary = sweep::summary(&f, group_by);
+    let summary = sweep::summary(&f, group_by, rank_by);
     write_outputs(out, &f, &summary, force)?;
     Ok(Sweep { file: f, summary })
 }

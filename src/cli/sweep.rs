@@ -50,6 +50,9 @@ pub struct MergeArgs {
     /// Summary groups (as for `sweep`).
     #[arg(long, value_delimiter = ',')]
     pub group_by: Option<Vec<String>>,
+    /// The figure the summary ranks by (as for `sweep`).
+    #[arg(long)]
+    pub rank_by: Option<String>,
 }
 
 /// Value lists take commas and inclusive integer ranges: `--tp 2,4,8`, `--seq 1k,4k`,
@@ -137,6 +140,10 @@ pub struct RunArgs {
     /// everything but strategy, parallel degrees and transport).
     #[arg(long, value_delimiter = ',')]
     pub group_by: Option<Vec<String>>,
+    /// The figure the summary ranks by (any figure of results.json, e.g. tokens_per_s;
+    /// default makespan_us, or tokens_per_s where a group mixes global batches).
+    #[arg(long)]
+    pub rank_by: Option<String>,
     /// What to print on stdout.
     #[arg(long, value_enum, default_value_t = Format::Summary)]
     pub format: Format,
@@ -277,14 +284,28 @@ fn run_sweep(a: RunArgs) -> Result<(), CliError> {
         },
         halt_after: a.halt_after,
         group_by: a.group_by.clone(),
+        rank_by: rank_by(a.rank_by.as_deref())?,
     };
     let bar = Bar(progress(0, a.quiet, "points"));
     let s = app::run(&req, &bar).map_err(super::from_app)?;
     emit(a.format, &s.file, &s.summary)
 }
 
+fn rank_by(v: Option<&str>) -> Result<Option<crate::report::RankBy>, CliError> {
+    v.map(crate::report::RankBy::parse)
+        .transpose()
+        .map_err(|e| CliError::input(format!("--rank-by: {e}")))
+}
+
 fn merge(m: MergeArgs) -> Result<(), CliError> {
-    let s =
-        app::merge(&m.inputs, &m.out, m.force, m.group_by.as_deref()).map_err(super::from_app)?;
+    let by = rank_by(m.rank_by.as_deref())?;
+    let s = app::merge(
+        &m.inputs,
+        &m.out,
+        m.force,
+        m.group_by.as_deref(),
+        by.as_ref(),
+    )
+    .map_err(super::from_app)?;
     emit(m.format, &s.file, &s.summary)
 }

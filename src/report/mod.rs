@@ -273,6 +273,43 @@ pub const FIGURES: [&str; 13] = [
     "bubble_ratio",
 ];
 
+/// What to rank by: a figure of [`FIGURES`] and its direction (`search --rank-by`,
+/// `sweep --rank-by`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RankBy(pub String);
+
+impl RankBy {
+    pub fn parse(s: &str) -> Result<RankBy, String> {
+        if !FIGURES.contains(&s) || matches!(s, "critical_rank") {
+            return Err(format!(
+                "`{s}` is not a figure to rank by (one of: {})",
+                FIGURES
+                    .iter()
+                    .filter(|f| **f != "critical_rank")
+                    .copied()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        Ok(RankBy(s.to_string()))
+    }
+
+    /// Sort key: smaller is better; a missing figure ranks last.
+    pub fn key(&self, f: &Figures) -> f64 {
+        match f.get(&self.0) {
+            Some(x) if higher_is_better(&self.0) => -x,
+            Some(x) => x,
+            None => f64::INFINITY,
+        }
+    }
+}
+
+impl Default for RankBy {
+    fn default() -> RankBy {
+        RankBy("tokens_per_s".into())
+    }
+}
+
 /// Figures where more is better (the rest: less is better).
 pub fn higher_is_better(name: &str) -> bool {
     matches!(

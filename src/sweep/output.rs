@@ -4,6 +4,7 @@
 
 use super::grid::{self, Grid};
 use super::{FORMAT, Row, Shard, VERSION};
+use crate::report::{self, RankBy};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -200,11 +201,28 @@ pub fn csv(f: &SweepFile) -> String {
     String::from_utf8(w.into_inner().expect("in memory")).expect("utf-8 fields")
 }
 
-/// The best configuration per group (lowest makespan) and how far each strategy family's
-/// best is from it. Groups are the values of `group_by` (default: the swept fields with
-/// more than one value that describe the problem rather than a choice: everything but
-/// strategy, parallel degrees and transport).
-pub fn summary(f: &SweepFile, group_by: Option<&[String]>) -> String {
+/// Figures that measure one step (and so grow with its global batch), unlike rates and
+/// ratios.
+fn per_step(figure: &str) -> bool {
+    matches!(
+        figure,
+        "makespan_us"
+            | "compute_us"
+            | "comm_us"
+            | "exposed_comm_us"
+            | "max_exposed_comm_us"
+            | "ops"
+            | "events"
+    )
+}
+
+/// The best configuration per group and how far each strategy family's best is from it.
+/// Groups are the values of `group_by` (default: the swept fields with more than one
+/// value that describe the problem rather than a choice: everything but strategy,
+/// parallel degrees and transport). Ranked by `rank_by`, or by default by makespan
+/// (tokens/s where a group mixes global batches); a group that mixes global batches
+/// says so, and what that means for the figure ranked by.
+pub fn summary(f: &SweepFile, group_by: Option<&[String]>, rank_by: Option<&RankBy>) -> String {
     let group_fields: Vec<String> = match group_by {
         Some(g) => g.iter().map(|k| grid::canonical_key(k)).collect(),
         None => f
@@ -261,21 +279,32 @@ pub fn summary(f: &SweepFile, group_by: Option<&[String]>) -> String {
             .filter_map(|r| r.inputs.as_ref().map(|i| i.global_batch))
             .collect();
         let mixed = batches.len() > 1;
-        if mixed {
-            notes.push(format!(
-                "note: group {group} mixes global batches ({} sequences per step): ranked by tokens/s, not makespan",
-                batches.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
-            ));
+        let sizes = batches
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(", ");
+        match rank_by {
+            _ if !mixed => {}
+            None => notes.push(format!(
+                "note: group {group} mixes global batches ({sizes} sequences per step): ranked by tokens/s, not makespan"
+            )),
+            Some(by) if per_step(&by.0) => notes.push(format!(
+                "note: group {group} mixes global batches ({sizes} sequences per step): ranked by {} as asked, a per-step figure that compares steps of different work (tokens_per_s compares them by work done)",
+                by.0
+            )),
+            Some(by) => notes.push(format!(
+                "note: group {group} mixes global batches ({sizes} sequences per step): ranked by {}",
+                by.0
+            )),
         }
-        // The ranking key: makespan, or time per token where batches differ.
-        let key = |r: &Row| {
-            if mixed {
-                r.metrics
-                    .as_ref()
-                    .map_or(f64::INFINITY, |m| 1.0 / m.tokens_per_s)
-            } else {
-                ms(r)
-            }
+        // The ranking key (smaller is better): the figure asked for, else makespan, or
+        // time per token where batches differ.
+        let key = |r: &Row| match (rank_by, r.metrics.as_ref()) {
+            (_, None) => f64::INFINITY,
+            (Some(by), Some(m)) => by.key(m),
+            (None, Some(m)) if mixed => 1.0 / m.tokens_per_s,
+            (None, Some(m)) => m.makespan_us,
         };
         let best = rows
             .iter()
@@ -308,16 +337,39 @@ pub fn summary(f: &SweepFile, group_by: Option<&[String]>) -> String {
                 })
                 .collect();
             cfg.push(r.strategy.clone());
-            let gap = (key(r) / key(best) - 1.0) * 100.0;
+            // How much worse than the best, in percent of the best.
+            let gap = match rank_by.zip(r.metrics.as_ref()).zip(best.metrics.as_ref()) {
+                Some(((by, m), b)) => {
+                    let (x, y) = (
+                        m.get(&by.0).unwrap_or(f64::NAN),
+                        b.get(&by.0).unwrap_or(f64::NAN),
+                    );
+                    if report::higher_is_better(&by.0) {
+                        (y / x - 1.0) * 100.0
+                    } else {
+                        (x / y - 1.0) * 100.0
+                    }
+                }
+                None => (key(r) / key(best) - 1.0) * 100.0,
+            };
             lines.push([
                 if i == 0 { group.clone() } else { String::new() },
                 fam.clone(),
                 cfg.join(" "),
-                format!("{:.1}", ms(r)),
+                match rank_by {
+                    Some(by) => r
+                        .metrics
+                        .as_ref()
+                        .and_then(|m| m.get(&by.0))
+                        .map_or("-".into(), |x| format!("{x:.1}")),
+                    None => format!("{:.1}", ms(r)),
+                },
                 if i == 0 {
                     "best".into()
-                } else {
+                } else if gap.is_finite() {
                     format!("+{gap:.1}%")
+                } else {
+                    "-".into()
                 },
             ]);
         }
@@ -326,7 +378,7 @@ pub fn summary(f: &SweepFile, group_by: Option<&[String]>) -> String {
         "group",
         "strategy",
         "best configuration",
-        "makespan_us",
+        rank_by.map_or("makespan_us", |by| by.0.as_str()),
         "gap",
     ];
     let mut width = header.map(str::len);

@@ -705,6 +705,12 @@ fn cases(d: &Path) -> Vec<Case> {
             says: vec![s("/proc/version/sweep")],
         },
         Case {
+            name: "sweep: a figure to rank by that does not exist",
+            args: swp(&["--tp", "2", "--rank-by", "speed"]),
+            code: 2,
+            says: vec![s("--rank-by"), s("`speed`"), s("tokens_per_s")],
+        },
+        Case {
             name: "sweep: bad shard",
             args: swp(&["--shard", "3/3"]),
             code: 2,

@@ -279,3 +279,63 @@ fn the_summary_never_ranks_different_global_batches_by_makespan() {
     let csv = String::from_utf8(out).unwrap();
     assert_eq!(csv.matches("does not fit").count(), 2, "{csv}");
 }
+
+#[test]
+fn the_summary_ranks_by_the_figure_asked_and_says_when_batches_differ() {
+    let run = |extra: &[&str]| {
+        let out = bin()
+            .args(["sweep", "--workload", "layer", "--model", "llama-3-8b"])
+            .args(["--hardware", "dgx-h100-rail", "--nodes", "4", "--tp", "8"])
+            .args(["--dp", "1,4", "--seq", "4k", "--batch", "1"])
+            .args(["--strategy", "bulk,flash", "--quiet"])
+            .args(extra)
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        String::from_utf8(out).unwrap()
+    };
+    // Default: the groups mix global batches, so tokens/s ranks them (dp 4 does 4x
+    // the work in a step not 4x longer).
+    let def = run(&[]);
+    assert!(def.contains("ranked by tokens/s, not makespan"), "{def}");
+    let best = def.lines().nth(2).unwrap();
+    assert!(best.contains("dp=4") && best.ends_with("best"), "{def}");
+    // A per-step figure as asked: ranked by it, with the warning.
+    let exp = run(&["--rank-by", "exposed_comm_us"]);
+    let header = exp.lines().nth(1).unwrap();
+    assert!(
+        header.contains("exposed_comm_us") && !header.contains("makespan_us"),
+        "{exp}"
+    );
+    assert!(
+        exp.contains("ranked by exposed_comm_us as asked, a per-step figure"),
+        "{exp}"
+    );
+    let doc: serde_json::Value =
+        serde_json::from_str(&run(&["--format", "json", "--rank-by", "exposed_comm_us"])).unwrap();
+    let least = doc["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["metrics"]["exposed_comm_us"].as_f64().unwrap())
+        .fold(f64::INFINITY, f64::min);
+    let shown: f64 = exp
+        .lines()
+        .nth(2)
+        .unwrap()
+        .split_whitespace()
+        .rev()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((shown - least).abs() < 0.06, "{shown} vs {least}");
+    // A rate: ranked by it; higher is better.
+    let mfu = run(&["--rank-by", "mfu_ratio"]);
+    assert!(
+        mfu.contains("ranked by mfu_ratio\n") || mfu.trim_end().ends_with("ranked by mfu_ratio"),
+        "{mfu}"
+    );
+}

@@ -60,6 +60,7 @@ pub struct Args {
     /// Element type (for the count column): fp32, bf16, fp16, fp8.
     #[arg(long, default_value = "fp32")]
     pub dtype: String,
+    /// Output format on stdout.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
     /// Also write the output to this file.

@@ -223,6 +223,33 @@ mod tests {
         command().debug_assert();
     }
 
+    /// Every option of every subcommand says what it does (clap lists the values of an
+    /// option with named values itself).
+    #[test]
+    fn every_option_is_described() {
+        fn walk(c: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for a in c.get_arguments() {
+                let id = a.get_id().as_str();
+                if matches!(id, "help" | "version") {
+                    continue;
+                }
+                let described = a.get_help().is_some() || a.get_long_help().is_some();
+                if !described {
+                    missing.push(format!("{path} --{id}"));
+                }
+            }
+            for sub in c.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&command(), "flashoverlap", &mut missing);
+        assert!(
+            missing.is_empty(),
+            "options without a description: {missing:#?}"
+        );
+    }
+
     /// The help lists every strategy and workload, from the lists parsing uses.
     #[test]
     fn help_lists_every_strategy_and_workload() {

@@ -60,8 +60,10 @@ pub struct Args {
     /// started with the same arguments but its rank. Rank 0 writes the outputs.
     #[arg(long, requires = "rank")]
     pub world: Option<u32>,
+    /// This process's rank in multi-process mode (see `--world`).
     #[arg(long, requires = "world")]
     pub rank: Option<u32>,
+    /// The local GPU this process runs its rank on in multi-process mode.
     #[arg(long, default_value_t = 0)]
     pub local_device: u32,
     /// Where rank 0 writes the NCCL unique id and the others read it (a path every

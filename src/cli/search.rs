@@ -12,7 +12,9 @@ use std::path::PathBuf;
 pub enum Format {
     /// The best layouts and what the search left out.
     Table,
+    /// search.csv: one line per row, best first.
     Csv,
+    /// search.json: the rows, the request and the counts (versioned).
     Json,
 }
 
@@ -40,8 +42,10 @@ pub struct MergeArgs {
     /// Directory for the merged search.json, search.csv and summary.txt.
     #[arg(long)]
     pub out: PathBuf,
+    /// Overwrite existing output files.
     #[arg(long)]
     pub force: bool,
+    /// Output format on stdout.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
     /// Rows the table shows.
@@ -71,6 +75,7 @@ pub struct RunArgs {
     /// Sequence length (1k = 1024).
     #[arg(long)]
     pub seq: Option<String>,
+    /// Data type (bf16, fp16, fp32, fp8).
     #[arg(long)]
     pub dtype: Option<String>,
     /// Transport: nccl, copy.
@@ -88,6 +93,7 @@ pub struct RunArgs {
     /// Pipeline stages (default: the divisors of the layers up to --max-pp).
     #[arg(long, value_delimiter = ',', value_parser = parse_count)]
     pub pp: Option<Vec<i64>>,
+    /// The most pipeline stages tried when --pp is not given.
     #[arg(long, default_value_t = 16)]
     pub max_pp: u64,
     /// Ulysses degrees.
@@ -133,6 +139,7 @@ pub struct RunArgs {
     /// Directory for search.json, search.csv and summary.txt.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Overwrite existing output files.
     #[arg(long)]
     pub force: bool,
     /// No progress bar.
@@ -141,6 +148,7 @@ pub struct RunArgs {
     /// List the layouts that pass the pruning, without simulating them.
     #[arg(long)]
     pub dry_run: bool,
+    /// Output format on stdout.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
     /// Event budget of each simulation: a layout over it is counted and named in the

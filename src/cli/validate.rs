@@ -18,6 +18,7 @@ pub struct Args {
     /// With `--hardware`: predict without the interference model (to see what it adds).
     #[arg(long, requires = "hardware")]
     pub no_interference: bool,
+    /// Output format on stdout.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
     /// Also write the JSON to this file.
@@ -27,6 +28,7 @@ pub struct Args {
     /// (the run's schema, to plot beside its measured-*.json).
     #[arg(long, requires = "hardware", value_name = "DIR")]
     pub timelines: Option<PathBuf>,
+    /// Overwrite existing output files.
     #[arg(long)]
     pub force: bool,
 }

@@ -409,8 +409,9 @@ fn tensor_groups_sit_in_a_node_and_data_parallelism_spans_nodes() {
 
 /// Data-parallel strategies on a step: bucketed (`bulk`) hides most of the gradient
 /// reduce-scatter that `sequential` leaves after the backward, and every strategy moves
-/// the same data-parallel bytes (a ring all-gather of the parameters and a
-/// reduce-scatter of the gradients per layer, each (dp − 1)/dp of the layer per rank).
+/// the same data-parallel bytes (ring all-gathers of the parameters for the forward and
+/// again for the backward, and a reduce-scatter of the gradients per layer, each
+/// (dp − 1)/dp of the layer per rank).
 #[test]
 fn data_parallel_strategies_move_the_same_bytes_and_bulk_overlaps() {
     let mut sc = config::load_scenario("default").unwrap();
@@ -447,8 +448,11 @@ fn data_parallel_strategies_move_the_same_bytes_and_bulk_overlaps() {
     let p = flashoverlap::strategy::layer::LayerShape::of(&sc);
     let per_rank_layer = p.layer_params() / 8 * 2; // bf16, tp 8
     let head = p.vocab * p.hidden / 8 * 2;
-    // Per rank: (dp−1)/dp of each layer's shard for the AG and for the RS, and of the head's.
-    let want = 32 * (4 * 2 * per_rank_layer + head) * 3 / 4;
+    // Per rank (ZeRO-3, the scenario's default): (dp−1)/dp of each layer's shard for
+    // the forward's AG, the backward's AG again (ZeRO-3 frees gathered parameters after
+    // the forward) and the RS, and of the head's.
+    assert_eq!(sc.zero, 3);
+    let want = 32 * (4 * 3 * per_rank_layer + head) * 3 / 4;
     assert_eq!(bytes[0], want, "sequential");
     assert_eq!(bytes[1], want, "bulk");
     assert_eq!(bytes[2], want, "flash");

@@ -583,7 +583,9 @@ fn concat_blocks(parts: Vec<Blocks>) -> Blocks {
 /// parameters; an all-reduce's second half) — prefetched one layer ahead under `bulk`, on
 /// demand under `sequential`; under `flash` each weight's column shards are gathered
 /// while its site's GEMMs run, cut into those chunks — a Flash-AG fused with the forward
-/// GEMMs; kept for the backward. Gradients are reduce-scattered in the last
+/// GEMMs. Under ZeRO 0–2 the parameters stay for the backward; ZeRO-3 gathers each
+/// layer's again before its backward (`bwd.dp-ag`: one layer ahead under `bulk` and
+/// `flash`, on demand under `sequential`). Gradients are reduce-scattered in the last
 /// micro-batch's backward — per layer as a bucket once the layer's wgrads are done
 /// (`bulk`), all after the backward (`sequential`), or fused with the wgrad GEMMs as a
 /// Flash-RS (`flash`). The data-parallel collectives run on a stream of their own.
@@ -720,8 +722,35 @@ pub fn build(
                     y = c.head_bwd(&y)?;
                     y = c.reduce_bucket(dps, &y, &mut late_buckets, c.head_grad_piece())?;
                 }
-                for _ in 0..per_chunk {
+                // ZeRO-3 frees each layer's gathered parameters after its forward (the
+                // memory model counts two layers gathered at a time), so the backward
+                // gathers them again: one layer ahead (`bulk`, `flash`), or on demand
+                // (`sequential`).
+                let regather = s.zero >= 3 && c.s.sync() > 1;
+                let prefetch = regather && dps != Strategy::Sequential;
+                // The first gather starts after the stage's previous action, beside
+                // the receive of the gradient (or the head's backward).
+                let first = x.clone();
+                let mut gathered = if prefetch {
+                    Some(c.dp_ring("bwd.dp-ag", piece, &first)?)
+                } else {
+                    None
+                };
+                for i in 0..per_chunk {
                     c.grads = vec![None; n];
+                    if regather {
+                        let after = if i == 0 { first.clone() } else { y.clone() };
+                        let params = match gathered.take() {
+                            Some(g) => g,
+                            None => c.dp_ring("bwd.dp-ag", piece, &after)?,
+                        };
+                        if prefetch && i + 1 < per_chunk {
+                            gathered = Some(c.dp_ring("bwd.dp-ag", piece, &after)?);
+                        }
+                        for (g, p) in c.gate.iter_mut().zip(params) {
+                            g.extend(p);
+                        }
+                    }
                     if s.recompute == Recompute::Full {
                         // The layer's forward again from its kept input, before its
                         // backward (which then finds its activations).

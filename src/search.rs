@@ -73,6 +73,9 @@ pub struct Space {
     pub micro_batch: Vec<u64>,
     /// Schedules of layouts with stages (one stage runs 1F1B).
     pub schedules: Vec<PpSchedule>,
+    /// Strategies of the data-parallel site to try (`sequential`, `bulk`, `flash`;
+    /// empty: the scenario's default only).
+    pub dp_strategies: Vec<Strategy>,
     /// Recomputation modes allowed (`none` first is cheapest).
     pub recompute: Vec<Recompute>,
     /// ZeRO stages allowed.
@@ -89,6 +92,7 @@ impl Default for Space {
             ulysses: vec![1],
             micro_batch: vec![1, 2, 4],
             schedules: vec![PpSchedule::OneFOneB, PpSchedule::Interleaved(2)],
+            dp_strategies: Vec::new(),
             recompute: vec![Recompute::None, Recompute::Full],
             zero: vec![1, 3],
             order: RankOrder::TpPpDp,
@@ -109,6 +113,9 @@ pub struct Layout {
     pub schedule: String,
     pub recompute: String,
     pub zero: u8,
+    /// The data-parallel site's strategy (`--dp-strategy`; `None`: the scenario's
+    /// default, `bulk` beside any overlapping strategy).
+    pub dp_strategy: Option<String>,
 }
 
 impl Layout {
@@ -116,7 +123,7 @@ impl Layout {
     fn fields(&self, order: RankOrder) -> Vec<(&'static str, toml::Value)> {
         let i = |x: u64| toml::Value::Integer(x as i64);
         let s = |x: &str| toml::Value::String(x.to_string());
-        vec![
+        let mut f = vec![
             ("workload", s("step")),
             ("parallel.tp", i(self.tp)),
             ("parallel.pp", i(self.pp)),
@@ -128,7 +135,11 @@ impl Layout {
             ("micro_batches", i(self.micro_batches)),
             ("recompute", s(&self.recompute)),
             ("zero", i(self.zero as u64)),
-        ]
+        ];
+        if let Some(d) = &self.dp_strategy {
+            f.push(("sites.dp", s(d)));
+        }
+        f
     }
 
     /// `tp 8 · pp 8 1f1b · dp 16 · mb 1×64 · zero 1` (ulysses and recomputation when
@@ -147,6 +158,9 @@ impl Layout {
         );
         if self.recompute != "none" {
             s += &format!(" · recompute {}", self.recompute);
+        }
+        if let Some(d) = &self.dp_strategy {
+            s += &format!(" · dp-site {d}");
         }
         s
     }
@@ -236,6 +250,21 @@ pub fn enumerate(
         .pp
         .clone()
         .unwrap_or_else(|| default_pp(&base, space.max_pp));
+    // A value given twice is one value (`--tp 4,8 --tp 8`).
+    let sorted = |mut v: Vec<u64>| {
+        v.sort_unstable();
+        v.dedup();
+        v
+    };
+    let (tps, pps) = (sorted(tps), sorted(pps));
+    let mut space = space.clone();
+    space.ulysses = sorted(space.ulysses);
+    space.micro_batch = sorted(space.micro_batch);
+    let mut seen = std::collections::BTreeSet::new();
+    space.schedules.retain(|x| seen.insert(x.to_string()));
+    let mut seen = std::collections::BTreeSet::new();
+    space.dp_strategies.retain(|x| seen.insert(x.to_string()));
+    let space = &space;
     none_if_empty("--tp", &tps)?;
     none_if_empty("--pp", &pps)?;
     none_if_empty("--ulysses", &space.ulysses)?;
@@ -328,6 +357,7 @@ pub fn enumerate(
                                     schedule: sched.to_string(),
                                     recompute: rc.name().to_string(),
                                     zero,
+                                    dp_strategy: None,
                                 };
                                 let sc = match grid.scenario_with(
                                     0,
@@ -343,11 +373,28 @@ pub fn enumerate(
                                 match crate::memory::check(&sc) {
                                     Ok(mem) => {
                                         found = true;
-                                        out.push(Candidate {
-                                            index: 0,
-                                            layout,
-                                            memory_gib: crate::memory::gib(mem.total()),
-                                        });
+                                        let memory_gib = crate::memory::gib(mem.total());
+                                        // One candidate per data-parallel strategy asked
+                                        // for, where gradients are synced at all.
+                                        let dps: Vec<Option<String>> =
+                                            if space.dp_strategies.is_empty() || dp * u <= 1 {
+                                                vec![None]
+                                            } else {
+                                                space
+                                                    .dp_strategies
+                                                    .iter()
+                                                    .map(|d| Some(d.to_string()))
+                                                    .collect()
+                                            };
+                                        for d in dps {
+                                            let mut layout = layout.clone();
+                                            layout.dp_strategy = d;
+                                            out.push(Candidate {
+                                                index: 0,
+                                                layout,
+                                                memory_gib,
+                                            });
+                                        }
                                     }
                                     Err(_) => continue,
                                 }
@@ -651,7 +698,7 @@ pub fn json(f: &SearchFile) -> String {
 }
 
 /// Columns of `search.csv` before the figures.
-const CSV_INPUTS: [&str; 14] = [
+const CSV_INPUTS: [&str; 15] = [
     "rank",
     "tp",
     "pp",
@@ -662,6 +709,7 @@ const CSV_INPUTS: [&str; 14] = [
     "schedule",
     "recompute",
     "zero",
+    "dp_strategy",
     "strategy",
     "memory_gib",
     "extrapolated",
@@ -690,6 +738,7 @@ pub fn csv(f: &SearchFile) -> String {
             l.schedule.clone(),
             l.recompute.clone(),
             l.zero.to_string(),
+            l.dp_strategy.clone().unwrap_or_default(),
             r.strategy.clone(),
             num(r.memory_gib),
             r.extrapolated.to_string(),
@@ -1088,6 +1137,7 @@ mod tests {
             schedule: "1f1b".into(),
             recompute: "none".into(),
             zero: 1,
+            dp_strategy: None,
         };
         let row = |i: u64, tps: f64, exact: Option<f64>| Row {
             rank: 0,

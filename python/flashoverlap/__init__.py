@@ -394,6 +394,7 @@ def search(
     rank_order: str = "tp-pp-dp",
     strategies: Optional[Union[str, Sequence[str]]] = None,
     rank_by: str = "tokens_per_s",
+    dp_strategy: Optional[Sequence[str]] = None,
     exact: bool = False,
     verify: int = 5,
     top: int = 10,
@@ -410,7 +411,8 @@ def search(
     ``hardware``, ``nodes``, ``seq``, any scenario key as ``parallel__sp``), one value
     each; ``tp``, ``pp``, ``ulysses``, ``micro_batch``, ``pp_schedule`` (``"1f1b"``,
     ``"interleaved:V"``, ``"gpipe"``; default 1f1b and interleaved:2), ``recompute``
-    (default none and full) and ``zero`` bound the layouts tried. ``out`` writes the
+    (default none and full), ``zero`` and ``dp_strategy`` (the data-parallel site's
+    strategies: ``sequential``, ``bulk``, ``flash``) bound the layouts tried. ``out`` writes the
     command's files there; ``dry_run`` lists the layouts without simulating them (in
     ``summary``)."""
     kwargs: Dict[str, Any] = {}
@@ -432,6 +434,7 @@ def search(
             rank_order=rank_order,
             strategies=strategies,
             rank_by=rank_by,
+            dp_strategy=None if dp_strategy is None else list(dp_strategy),
             exact=exact,
             verify=verify,
             top=top,

@@ -57,6 +57,7 @@ def search(
     rank_order: str = ...,
     strategies: Optional[Union[str, List[str]]] = ...,
     rank_by: str = ...,
+    dp_strategy: Optional[List[str]] = ...,
     exact: bool = ...,
     verify: int = ...,
     top: int = ...,

@@ -393,6 +393,7 @@ fn sweep(
     rank_order = "tp-pp-dp",
     strategies = None,
     rank_by = "tokens_per_s",
+    dp_strategy = None,
     exact = false,
     verify = 5,
     top = 10,
@@ -420,6 +421,7 @@ fn search(
     rank_order: &str,
     strategies: Option<&Bound<'_, PyAny>>,
     rank_by: &str,
+    dp_strategy: Option<Vec<String>>,
     exact: bool,
     verify: u64,
     top: usize,
@@ -480,6 +482,7 @@ fn search(
         rank_order: rank_order.to_string(),
         strategies: strategies.map(|v| names("strategies", v)).transpose()?,
         rank_by: rank_by.to_string(),
+        dp_strategies: dp_strategy.unwrap_or_default(),
     }
     .apply(&mut r, &|name| name.to_string())
     .map_err(app_error)?;

@@ -112,6 +112,8 @@ pub struct SpaceText {
     pub rank_order: String,
     pub strategies: Option<Vec<String>>,
     pub rank_by: String,
+    /// Data-parallel site strategies to try (empty: the scenario's default).
+    pub dp_strategies: Vec<String>,
 }
 
 impl SpaceText {
@@ -163,6 +165,14 @@ impl SpaceText {
                     .collect::<Result<Vec<_>, _>>()
             })
             .transpose()?;
+        r.space.dp_strategies = self
+            .dp_strategies
+            .iter()
+            .map(|x| match Strategy::parse(x) {
+                Ok(s @ (Strategy::Sequential | Strategy::Bulk | Strategy::Flash)) => Ok(s),
+                _ => Err(bad("dp_strategy", x, "sequential, bulk or flash")),
+            })
+            .collect::<Result<_, _>>()?;
         r.rank_by = RankBy::parse(&self.rank_by).map_err(|e| {
             Error::input(search::SearchError::Input {
                 what: flag("rank_by"),

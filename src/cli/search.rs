@@ -115,6 +115,10 @@ pub struct RunArgs {
     /// dp-inner.
     #[arg(long, default_value = "tp-pp-dp")]
     pub rank_order: String,
+    /// Data-parallel site strategies to try for layouts with dp > 1: sequential, bulk,
+    /// flash (default: the scenario's, `bulk` beside overlapping strategies).
+    #[arg(long, value_delimiter = ',')]
+    pub dp_strategy: Vec<String>,
     /// Overlap strategies each layout runs (default: the base scenario's).
     #[arg(long, value_delimiter = ',')]
     pub strategy: Option<Vec<String>>,
@@ -210,6 +214,7 @@ fn request(a: &RunArgs) -> Result<app::Request, CliError> {
         rank_order: a.rank_order.clone(),
         strategies: a.strategy.clone(),
         rank_by: a.rank_by.clone(),
+        dp_strategies: a.dp_strategy.clone(),
     }
     .apply(&mut r, &|name| format!("--{}", name.replace('_', "-")))
     .map_err(super::from_app)?;

@@ -78,7 +78,14 @@ fn the_best_row_is_what_simulate_gives_for_its_layout() {
             "--hardware",
             "h100-sxm-8",
         ])
-        .args(["--seq", "1024", "--workload", "step"])
+        .args([
+            "--seq",
+            "1024",
+            "--workload",
+            "step",
+            "--rank-order",
+            "tp-pp-dp",
+        ])
         .args(["--tp", &n("tp"), "--pp", &n("pp"), "--dp", &n("dp")])
         .args([
             "--pp-schedule",
@@ -231,4 +238,84 @@ fn csv_columns() {
     for l in out.lines().skip(1) {
         assert_eq!(l.split(',').count(), cols, "{l}");
     }
+}
+
+#[test]
+fn data_parallel_strategies_are_an_axis() {
+    // `--tp 2` again is the same axis (values given twice count once).
+    let doc = json(&["--dp-strategy", "bulk,flash", "--tp", "2"]);
+    let plain = json(&[]);
+    let rows = rows(&doc);
+    let synced = |r: &&serde_json::Value| r["dp"].as_u64().unwrap() > 1;
+    let sites: std::collections::BTreeSet<&str> = rows
+        .iter()
+        .filter(synced)
+        .map(|r| r["dp_strategy"].as_str().unwrap())
+        .collect();
+    assert_eq!(sites, ["bulk", "flash"].into_iter().collect());
+    // Layouts without data parallelism have no dp site; the others count twice.
+    assert!(
+        rows.iter()
+            .filter(|r| !synced(r))
+            .all(|r| r["dp_strategy"].is_null())
+    );
+    let count = |d: &serde_json::Value, s: bool| {
+        d["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| synced(r) == s)
+            .count()
+    };
+    assert_eq!(count(&doc, true), 2 * count(&plain, true));
+    assert_eq!(count(&doc, false), count(&plain, false));
+    // A row is `simulate` with `--site dp=...` for its layout.
+    let r = rows
+        .iter()
+        .find(|r| r["dp_strategy"] == "flash" && !r["exact"].is_null())
+        .expect("an exact row with dp=flash");
+    let n = |k: &str| r[k].to_string().trim_matches('"').to_string();
+    let out = bin()
+        .args([
+            "simulate",
+            "--model",
+            "llama-3-8b",
+            "--hardware",
+            "h100-sxm-8",
+        ])
+        .args([
+            "--seq",
+            "1024",
+            "--workload",
+            "step",
+            "--rank-order",
+            "tp-pp-dp",
+        ])
+        .args(["--tp", &n("tp"), "--pp", &n("pp"), "--dp", &n("dp")])
+        .args(["--pp-schedule", &n("schedule")])
+        .args(["--recompute", &n("recompute"), "--zero", &n("zero")])
+        .args([
+            "--batch",
+            &n("micro_batch"),
+            "--micro-batches",
+            &n("micro_batches"),
+        ])
+        .args(["--strategy", &format!("sequential,{}", n("strategy"))])
+        .args(["--site", "dp=flash", "--format", "json"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let sim: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let want = sim["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["strategy"] == r["strategy"])
+        .unwrap();
+    assert_eq!(
+        r["exact"]["makespan_us"].to_string(),
+        want["makespan_us"].to_string()
+    );
 }

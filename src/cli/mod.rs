@@ -201,20 +201,51 @@ pub fn main() -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {}", e.error);
-            let mut src = e.error.source();
-            while let Some(s) = src {
-                eprintln!("  caused by: {s}");
-                src = s.source();
-            }
+            eprint!("{}", error_text(&*e.error));
             ExitCode::from(e.code)
         }
     }
 }
 
+/// An error as the command line prints it: the message, then each cause that says
+/// something the lines before it have not (a cause whose text is already in them, as
+/// an I/O error quoted by the message naming its file, is not repeated).
+fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = format!("error: {e}\n");
+    let mut src = e.source();
+    while let Some(s) = src {
+        let t = s.to_string();
+        if !out.contains(&t) {
+            out += &format!("  caused by: {t}\n");
+        }
+        src = s.source();
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A cause already quoted by the message is not printed again.
+    #[test]
+    fn error_causes_are_not_repeated() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("cannot read x.toml: {0}")]
+        struct Outer(#[source] std::io::Error);
+        #[derive(Debug, thiserror::Error)]
+        #[error("key `seq`: bad value")]
+        struct Other(#[source] std::io::Error);
+        let io = || std::io::Error::new(std::io::ErrorKind::NotFound, "missing (os error 2)");
+        assert_eq!(
+            error_text(&Outer(io())),
+            "error: cannot read x.toml: missing (os error 2)\n"
+        );
+        assert_eq!(
+            error_text(&Other(io())),
+            "error: key `seq`: bad value\n  caused by: missing (os error 2)\n"
+        );
+    }
 
     /// clap's own consistency checks of every subcommand (unique ids and groups, valid
     /// `requires`), which otherwise fire only when a debug build parses that command.

@@ -148,6 +148,9 @@ pub fn run(a: &Request, pb: &dyn Progress) -> Result<Sweep, Error> {
     let grid = Grid::new(&a.spec).map_err(Error::input)?;
     let (shard, threads) = (a.shard, a.threads);
     let info = GridInfo::from(&grid);
+    if let Some(g) = &a.group_by {
+        sweep::check_group_by(&info, g).map_err(Error::input)?;
+    }
     let header = JournalHeader {
         format: JOURNAL.into(),
         grid: info.clone(),
@@ -306,6 +309,9 @@ pub fn merge(
     }
     let f = sweep::merge(files).map_err(Error::input)?;
     std::fs::create_dir_all(out).map_err(|e| write_err(out, e))?;
+    if let Some(g) = group_by {
+        sweep::check_group_by(&f.grid, g).map_err(Error::input)?;
+    }
     let summary = sweep::summary(&f, group_by, rank_by);
     write_outputs(out, &f, &summary, force)?;
     Ok(Sweep { file: f, summary })

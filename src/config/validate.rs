@@ -755,6 +755,17 @@ pub fn scenario_from_file(
             ),
         ));
     }
+    if micro_batches > 1 && workload != Workload::Step {
+        return Err(ConfigError::invalid(
+            &at("micro_batches"),
+            "micro_batches",
+            micro_batches,
+            format!(
+                "micro-batches accumulate a training step's gradients; workload `{}` runs one batch (use workload step)",
+                workload.name()
+            ),
+        ));
+    }
     let chunks = pp_schedule.chunks();
     if pp > 1 && model.layers % (pp * chunks) != 0 {
         return Err(ConfigError::invalid(

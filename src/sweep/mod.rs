@@ -12,7 +12,7 @@ pub mod grid;
 pub mod output;
 
 pub use grid::{Grid, GridSpec};
-pub use output::{SweepFile, csv, json, merge, summary};
+pub use output::{SweepFile, check_group_by, csv, json, merge, summary};
 
 use crate::exec::sim::SimOptions;
 use crate::report;

@@ -201,6 +201,26 @@ pub fn csv(f: &SweepFile) -> String {
     String::from_utf8(w.into_inner().expect("in memory")).expect("utf-8 fields")
 }
 
+/// Each `--group-by` field must be one the grid sweeps (rows carry only those): an
+/// error naming the field and the swept ones otherwise.
+pub fn check_group_by(grid: &GridInfo, group_by: &[String]) -> Result<(), String> {
+    let swept: Vec<&str> = grid.axes.iter().map(|a| a.field.as_str()).collect();
+    for g in group_by {
+        let key = grid::canonical_key(g);
+        if !swept.contains(&key.as_str()) {
+            return Err(format!(
+                "--group-by `{g}`: not a field this sweep varies (it varies: {})",
+                if swept.is_empty() {
+                    "nothing".to_string()
+                } else {
+                    swept.join(", ")
+                }
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Figures that measure one step (and so grow with its global batch), unlike rates and
 /// ratios.
 fn per_step(figure: &str) -> bool {

@@ -711,6 +711,22 @@ fn cases(d: &Path) -> Vec<Case> {
             says: vec![s("--rank-by"), s("`speed`"), s("tokens_per_s")],
         },
         Case {
+            name: "sweep: grouping by a field it does not vary",
+            args: swp(&["--tp", "2,4", "--group-by", "colour"]),
+            code: 2,
+            says: vec![s("--group-by `colour`"), s("parallel.tp")],
+        },
+        Case {
+            name: "micro-batches on a workload that is not a step",
+            args: sim(&["--micro-batches", "4"]),
+            code: 2,
+            says: vec![
+                s("--micro-batches"),
+                s("micro_batches"),
+                s("workload `mlp`"),
+            ],
+        },
+        Case {
             name: "sweep: bad shard",
             args: swp(&["--shard", "3/3"]),
             code: 2,

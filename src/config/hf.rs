@@ -103,7 +103,36 @@ pub fn model_file_from_hf(file: &str, name: &str, text: &str) -> Result<ModelFil
             message: "a config.json holds one JSON object".into(),
         });
     }
+    // A mixture of experts imported as a dense model would be silently wrong.
+    for key in ["num_local_experts", "n_routed_experts", "num_experts"] {
+        if let Some(n) = int(file, &v, key)?
+            && n > 1
+        {
+            return Err(ConfigError::invalid(
+                file,
+                key,
+                n,
+                "a mixture-of-experts model: experts are not modelled, and importing it as a dense model would give wrong figures",
+            ));
+        }
+    }
     let heads = required(file, &v, "num_attention_heads")?;
+    let hidden = required(file, &v, "hidden_size")?;
+    // Attention widths are heads × hidden/heads; a model whose heads are wider or
+    // narrower (Gemma: head_dim 256 over hidden 3072 / 16 heads) is not modelled.
+    if let Some(hd) = int(file, &v, "head_dim")?
+        && heads > 0
+        && hd * heads != hidden
+    {
+        return Err(ConfigError::invalid(
+            file,
+            "head_dim",
+            hd,
+            format!(
+                "heads × head_dim = {heads} × {hd} differs from hidden_size {hidden}; attention wider or narrower than the hidden size is not modelled"
+            ),
+        ));
+    }
     let act = match v.get("hidden_act") {
         Some(Value::String(s)) => s.as_str(),
         Some(x) => {
@@ -144,7 +173,7 @@ pub fn model_file_from_hf(file: &str, name: &str, text: &str) -> Result<ModelFil
                 .and_then(Value::as_str)
                 .unwrap_or("unknown model_type")
         ),
-        hidden: required(file, &v, "hidden_size")?,
+        hidden,
         ffn: required(file, &v, "intermediate_size")?,
         heads,
         kv_heads: Some(int(file, &v, "num_key_value_heads")?.unwrap_or(heads)),
@@ -158,6 +187,32 @@ pub fn model_file_from_hf(file: &str, name: &str, text: &str) -> Result<ModelFil
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const LLAMA: &str = r#"{"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
+        "vocab_size": 128256, "hidden_act": "silu", "head_dim": 128}"#;
+
+    #[test]
+    fn mixtures_of_experts_and_odd_head_widths_are_refused() {
+        assert!(model_file_from_hf("c.json", "c", LLAMA).is_ok());
+        let moe = LLAMA.replace("\"head_dim\": 128", "\"num_local_experts\": 8");
+        let e = model_file_from_hf("c.json", "c", &moe)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("num_local_experts") && e.contains("mixture-of-experts"),
+            "{e}"
+        );
+        let ds = LLAMA.replace("\"head_dim\": 128", "\"n_routed_experts\": 256");
+        assert!(model_file_from_hf("c.json", "c", &ds).is_err());
+        let one = LLAMA.replace("\"head_dim\": 128", "\"num_experts\": 1");
+        assert!(model_file_from_hf("c.json", "c", &one).is_ok());
+        let gemma = LLAMA.replace("\"head_dim\": 128", "\"head_dim\": 256");
+        let e = model_file_from_hf("c.json", "c", &gemma)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("head_dim") && e.contains("32 × 256"), "{e}");
+    }
     use crate::config::model_from_file;
 
     fn load(name: &str) -> crate::scenario::Model {

@@ -97,6 +97,27 @@ pub fn read_text(path: &std::path::Path, limit: u64) -> Result<String, Error> {
     })
 }
 
+/// The shard outputs `inputs` name, each a folder holding `file` or the file itself,
+/// parsed by `parse(shown name, text)`: what `sweep merge` and `search merge` join.
+pub(crate) fn read_shards<T, E>(
+    inputs: &[std::path::PathBuf],
+    file: &str,
+    parse: impl Fn(&str, &str) -> Result<T, E>,
+) -> Result<Vec<(String, T)>, Error>
+where
+    E: Into<Boxed>,
+{
+    let mut out = Vec::with_capacity(inputs.len());
+    for p in inputs {
+        let path = if p.is_dir() { p.join(file) } else { p.clone() };
+        let shown = path.display().to_string();
+        let text = read_text(&path, crate::io::MAX_DATA_BYTES)?;
+        let parsed = parse(&shown, &text).map_err(Error::input)?;
+        out.push((shown, parsed));
+    }
+    Ok(out)
+}
+
 /// Create the folder `dir` (and its parents) for outputs.
 pub fn create_dir(dir: &std::path::Path) -> Result<(), Error> {
     std::fs::create_dir_all(dir).map_err(|source| {

@@ -384,20 +384,7 @@ pub fn run(a: &Request, pb: &dyn Progress) -> Result<Searched, Error> {
 /// Join the outputs of `search --shard I/N` runs (their --out folders or search.json
 /// files) into what one search would have written, in `out`.
 pub fn merge(inputs: &[PathBuf], out: &Path, force: bool, top: usize) -> Result<Searched, Error> {
-    let mut files = Vec::with_capacity(inputs.len());
-    for p in inputs {
-        let path = if p.is_dir() {
-            p.join("search.json")
-        } else {
-            p.clone()
-        };
-        let shown = path.display().to_string();
-        let text = super::read_text(&path, crate::io::MAX_DATA_BYTES)?;
-        files.push((
-            shown.clone(),
-            SearchFile::parse(&shown, &text).map_err(Error::input)?,
-        ));
-    }
+    let files = super::read_shards(inputs, "search.json", SearchFile::parse)?;
     let file = search::merge(files).map_err(Error::input)?;
     let summary = search::table(&file, top);
     write_outputs(out, &file, &summary, force)?;

@@ -293,20 +293,7 @@ pub fn merge(
     group_by: Option<&[String]>,
     rank_by: Option<&crate::report::RankBy>,
 ) -> Result<Sweep, Error> {
-    let mut files = Vec::with_capacity(inputs.len());
-    for p in inputs {
-        let path = if p.is_dir() {
-            p.join("sweep.json")
-        } else {
-            p.clone()
-        };
-        let shown = path.display().to_string();
-        let text = super::read_text(&path, crate::io::MAX_DATA_BYTES)?;
-        files.push((
-            shown.clone(),
-            SweepFile::parse(&shown, &text).map_err(Error::input)?,
-        ));
-    }
+    let files = super::read_shards(inputs, "sweep.json", SweepFile::parse)?;
     let f = sweep::merge(files).map_err(Error::input)?;
     std::fs::create_dir_all(out).map_err(|e| write_err(out, e))?;
     if let Some(g) = group_by {

@@ -46,30 +46,10 @@ fn rows(doc: &serde_json::Value) -> &Vec<serde_json::Value> {
     doc["rows"].as_array().unwrap()
 }
 
-#[test]
-fn the_best_row_is_what_simulate_gives_for_its_layout() {
-    let doc = json(&["--threads", "2"]);
-    let rows = rows(&doc);
-    let c = &doc["counts"];
-    assert_eq!(
-        rows.len() as u64,
-        c["layouts"].as_u64().unwrap() * 2,
-        "one row per layout and strategy"
-    );
-    for (i, r) in rows.iter().enumerate() {
-        assert_eq!(r["rank"], i as u64 + 1);
-        assert!(r["memory_gib"].as_f64().unwrap() < 80.0, "{r}");
-    }
-    // The exact rows are in descending tokens/s.
-    let exact: Vec<f64> = rows
-        .iter()
-        .filter(|r| !r["exact"].is_null())
-        .map(|r| r["exact"]["tokens_per_s"].as_f64().unwrap())
-        .collect();
-    assert!(exact.windows(2).all(|w| w[0] >= w[1]), "{exact:?}");
-    // The best row, simulated by `simulate` with the layout's flags: the same f64s.
-    let best = &rows[0];
-    let n = |k: &str| best[k].to_string().trim_matches('"').to_string();
+/// `simulate`'s result for row `r`'s layout and strategy (on the search's machine), with
+/// `extra` flags.
+fn simulate_row(r: &serde_json::Value, extra: &[&str]) -> serde_json::Value {
+    let n = |k: &str| r[k].to_string().trim_matches('"').to_string();
     let out = bin()
         .args([
             "simulate",
@@ -97,18 +77,46 @@ fn the_best_row_is_what_simulate_gives_for_its_layout() {
         .args(["--micro-batches", &n("micro_batches")])
         .args(["--strategy", &format!("sequential,{}", n("strategy"))])
         .args(["--format", "json"])
+        .args(extra)
         .assert()
         .success()
         .get_output()
         .stdout
         .clone();
     let sim: serde_json::Value = serde_json::from_slice(&out).unwrap();
-    let want = sim["results"]
+    sim["results"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|r| r["strategy"] == best["strategy"])
-        .unwrap();
+        .find(|x| x["strategy"] == r["strategy"])
+        .unwrap()
+        .clone()
+}
+
+#[test]
+fn the_best_row_is_what_simulate_gives_for_its_layout() {
+    let doc = json(&["--threads", "2"]);
+    let rows = rows(&doc);
+    let c = &doc["counts"];
+    assert_eq!(
+        rows.len() as u64,
+        c["layouts"].as_u64().unwrap() * 2,
+        "one row per layout and strategy"
+    );
+    for (i, r) in rows.iter().enumerate() {
+        assert_eq!(r["rank"], i as u64 + 1);
+        assert!(r["memory_gib"].as_f64().unwrap() < 80.0, "{r}");
+    }
+    // The exact rows are in descending tokens/s.
+    let exact: Vec<f64> = rows
+        .iter()
+        .filter(|r| !r["exact"].is_null())
+        .map(|r| r["exact"]["tokens_per_s"].as_f64().unwrap())
+        .collect();
+    assert!(exact.windows(2).all(|w| w[0] >= w[1]), "{exact:?}");
+    // The best row, simulated by `simulate` with the layout's flags: the same f64s.
+    let best = &rows[0];
+    let want = simulate_row(best, &[]);
     for f in [
         "makespan_us",
         "tokens_per_s",
@@ -274,46 +282,7 @@ fn data_parallel_strategies_are_an_axis() {
         .iter()
         .find(|r| r["dp_strategy"] == "flash" && !r["exact"].is_null())
         .expect("an exact row with dp=flash");
-    let n = |k: &str| r[k].to_string().trim_matches('"').to_string();
-    let out = bin()
-        .args([
-            "simulate",
-            "--model",
-            "llama-3-8b",
-            "--hardware",
-            "h100-sxm-8",
-        ])
-        .args([
-            "--seq",
-            "1024",
-            "--workload",
-            "step",
-            "--rank-order",
-            "tp-pp-dp",
-        ])
-        .args(["--tp", &n("tp"), "--pp", &n("pp"), "--dp", &n("dp")])
-        .args(["--pp-schedule", &n("schedule")])
-        .args(["--recompute", &n("recompute"), "--zero", &n("zero")])
-        .args([
-            "--batch",
-            &n("micro_batch"),
-            "--micro-batches",
-            &n("micro_batches"),
-        ])
-        .args(["--strategy", &format!("sequential,{}", n("strategy"))])
-        .args(["--site", "dp=flash", "--format", "json"])
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    let sim: serde_json::Value = serde_json::from_slice(&out).unwrap();
-    let want = sim["results"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|x| x["strategy"] == r["strategy"])
-        .unwrap();
+    let want = simulate_row(r, &["--site", "dp=flash"]);
     assert_eq!(
         r["exact"]["makespan_us"].to_string(),
         want["makespan_us"].to_string()

@@ -1,6 +1,16 @@
 //! Chrome trace event JSON (opens in Perfetto and chrome://tracing). Times in µs. Each
 //! strategy's ranks are processes (`<strategy> · rank r`), streams are threads; link
 //! occupancy goes in one more process per strategy.
+//!
+//! Written for Perfetto's import rules:
+//! - every boundary sits on one integer-nanosecond grid (`ts` and `dur` in µs with at
+//!   most three decimals, the end rounded once), so an op that ends where the next one
+//!   on its lane starts meets it exactly and Perfetto keeps both slices;
+//! - slices of one lane that really overlap (a comm stream's sends beside its receives,
+//!   concurrent flows on a link) go to sub-tracks of their own (`comm`, `comm (2)`, …),
+//!   so no slice of a track overlaps another but by nesting;
+//! - thread ids are unique across the whole trace (Perfetto merges equal tids), with
+//!   sort indices so that ranks and streams appear in order.
 
 use crate::timeline::{Lane, Timeline};
 use serde::Serialize;
@@ -28,8 +38,8 @@ enum Event<'a> {
         name: std::borrow::Cow<'a, str>,
         cat: &'static str,
         ph: &'static str,
-        ts: f64,
-        dur: f64,
+        ts: Micros,
+        dur: Micros,
         pid: u32,
         tid: u32,
         args: SpanArgs,
@@ -51,6 +61,22 @@ struct SpanArgs {
     flops: f64,
 }
 
+/// A time in whole nanoseconds, written as µs with at most three decimals.
+struct Micros(u64);
+
+impl Serialize for Micros {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        // The double nearest ns / 1000, which the shortest round-trip form prints as
+        // that decimal (at most three decimals; exact below 2^53 ns).
+        (self.0 as f64 / 1000.0).serialize(s)
+    }
+}
+
+/// Seconds to whole nanoseconds (times are finite and non-negative).
+fn ns(t: f64) -> u64 {
+    (t * 1e9).round().max(0.0) as u64
+}
+
 fn meta(name: &'static str, pid: u32, tid: Option<u32>, label: String) -> Event<'static> {
     Event::Meta {
         name,
@@ -68,6 +94,7 @@ fn meta(name: &'static str, pid: u32, tid: Option<u32>, label: String) -> Event<
 pub fn chrome_trace(timelines: &[&Timeline]) -> String {
     let mut ev = Vec::new();
     let mut base = 0u32;
+    let mut next_tid = 0u32;
     for tl in timelines {
         let links_pid = base + tl.ranks;
         for r in 0..tl.ranks {
@@ -77,24 +104,7 @@ pub fn chrome_trace(timelines: &[&Timeline]) -> String {
                 None,
                 format!("{} · rank {r}", tl.strategy),
             ));
-            ev.push(Event::Meta {
-                name: "process_sort_index",
-                ph: "M",
-                pid: base + r,
-                tid: None,
-                args: MetaArgs {
-                    name: None,
-                    sort_index: Some(base + r),
-                },
-            });
-        }
-        for (i, s) in tl.streams.iter().enumerate() {
-            ev.push(meta(
-                "thread_name",
-                base + s.rank,
-                Some(i as u32),
-                s.name.clone(),
-            ));
+            ev.push(sort_index("process_sort_index", base + r, None, base + r));
         }
         if !tl.links.is_empty() {
             ev.push(meta(
@@ -103,23 +113,54 @@ pub fn chrome_trace(timelines: &[&Timeline]) -> String {
                 None,
                 format!("{} · links", tl.strategy),
             ));
-            for (i, l) in tl.links.iter().enumerate() {
-                ev.push(meta("thread_name", links_pid, Some(i as u32), l.clone()));
-            }
+            ev.push(sort_index("process_sort_index", links_pid, None, links_pid));
         }
-        for s in &tl.spans {
-            let (pid, tid) = match s.lane {
-                Lane::Stream(i) => (base + tl.streams[i as usize].rank, i),
-                Lane::Link(i) => (links_pid, i),
+        // Each lane's spans in time order, dealt onto the first of its sub-tracks whose
+        // last slice has ended (interval partitioning: as few sub-tracks as overlap).
+        let lanes = tl.streams.len() + tl.links.len();
+        let lane_of = |l: Lane| match l {
+            Lane::Stream(i) => i as usize,
+            Lane::Link(i) => tl.streams.len() + i as usize,
+        };
+        let mut order: Vec<usize> = (0..tl.spans.len()).collect();
+        order.sort_by_key(|&k| {
+            let s = &tl.spans[k];
+            (
+                lane_of(s.lane),
+                ns(s.start),
+                std::cmp::Reverse(ns(s.end)),
+                k,
+            )
+        });
+        // Per lane: each sub-track's end so far and its tid.
+        let mut tracks: Vec<Vec<(u64, u32)>> = vec![Vec::new(); lanes];
+        let mut spans = Vec::with_capacity(tl.spans.len());
+        for k in order {
+            let s = &tl.spans[k];
+            let lane = lane_of(s.lane);
+            let (start, end) = (ns(s.start), ns(s.end).max(ns(s.start)));
+            let sub = match tracks[lane].iter().position(|&(e, _)| e <= start) {
+                Some(i) => i,
+                None => {
+                    let tid = next_tid;
+                    next_tid += 1;
+                    tracks[lane].push((0, tid));
+                    tracks[lane].len() - 1
+                }
             };
-            ev.push(Event::Span {
+            tracks[lane][sub].0 = end;
+            let pid = match s.lane {
+                Lane::Stream(i) => base + tl.streams[i as usize].rank,
+                Lane::Link(_) => links_pid,
+            };
+            spans.push(Event::Span {
                 name: tl.label(s),
                 cat: s.class.name(),
                 ph: "X",
-                ts: s.start * 1e6,
-                dur: (s.end - s.start) * 1e6,
+                ts: Micros(start),
+                dur: Micros(end - start),
                 pid,
-                tid,
+                tid: tracks[lane][sub].1,
                 args: SpanArgs {
                     op: s.op,
                     bytes: s.bytes,
@@ -127,6 +168,29 @@ pub fn chrome_trace(timelines: &[&Timeline]) -> String {
                 },
             });
         }
+        // Names and order of every sub-track (a lane with no span still gets one).
+        for lane in 0..lanes {
+            if tracks[lane].is_empty() {
+                tracks[lane].push((0, next_tid));
+                next_tid += 1;
+            }
+            let (pid, name) = if lane < tl.streams.len() {
+                let st = &tl.streams[lane];
+                (base + st.rank, st.name.clone())
+            } else {
+                (links_pid, tl.links[lane - tl.streams.len()].clone())
+            };
+            for (j, &(_, tid)) in tracks[lane].iter().enumerate() {
+                let label = if j == 0 {
+                    name.clone()
+                } else {
+                    format!("{name} ({})", j + 1)
+                };
+                ev.push(meta("thread_name", pid, Some(tid), label));
+                ev.push(sort_index("thread_sort_index", pid, Some(tid), tid));
+            }
+        }
+        ev.extend(spans);
         base = links_pid + 1;
     }
     let t = Trace {
@@ -134,4 +198,17 @@ pub fn chrome_trace(timelines: &[&Timeline]) -> String {
         display_time_unit: "ns",
     };
     serde_json::to_string(&t).expect("trace serializes")
+}
+
+fn sort_index(name: &'static str, pid: u32, tid: Option<u32>, index: u32) -> Event<'static> {
+    Event::Meta {
+        name,
+        ph: "M",
+        pid,
+        tid,
+        args: MetaArgs {
+            name: None,
+            sort_index: Some(index),
+        },
+    }
 }

@@ -747,3 +747,109 @@ fn a_closed_or_full_stdout_is_not_a_panic() {
         eprintln!("no /dev/full here: the full-device case is not checked");
     }
 }
+
+/// Perfetto's JSON import rules, held by every trace this build writes: `ts` and `dur`
+/// on one integer-nanosecond grid (at most three decimals of µs), no two slices of one
+/// track overlapping, thread ids unique across the trace and named. Returns the number
+/// of slices.
+fn assert_perfetto_loads_whole(text: &str) -> usize {
+    let v: serde_json::Value = serde_json::from_str(text).unwrap();
+    let ev = v["traceEvents"].as_array().unwrap();
+    let ns = |x: &serde_json::Value| -> u64 {
+        let t = x.to_string();
+        let decimals = t.split('.').nth(1).map_or(0, str::len);
+        assert!(decimals <= 3, "{t} is not on the nanosecond grid");
+        (x.as_f64().unwrap() * 1000.0).round() as u64
+    };
+    let mut tracks: std::collections::BTreeMap<u64, (u64, Vec<(u64, u64)>)> =
+        std::collections::BTreeMap::new();
+    let mut named = std::collections::BTreeMap::new();
+    for e in ev {
+        match e["ph"].as_str().unwrap() {
+            "X" => {
+                let (ts, dur) = (ns(&e["ts"]), ns(&e["dur"]));
+                let (pid, tid) = (e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap());
+                let t = tracks.entry(tid).or_insert((pid, Vec::new()));
+                assert_eq!(t.0, pid, "tid {tid} is used by two processes");
+                t.1.push((ts, ts + dur));
+            }
+            "M" if e["name"] == "thread_name" => {
+                let tid = e["tid"].as_u64().unwrap();
+                let pid = e["pid"].as_u64().unwrap();
+                assert!(named.insert(tid, pid).is_none(), "tid {tid} named twice");
+            }
+            _ => {}
+        }
+    }
+    let mut slices = 0;
+    for (tid, (pid, mut s)) in tracks {
+        assert_eq!(
+            named.get(&tid),
+            Some(&pid),
+            "tid {tid} has no name in its process"
+        );
+        s.sort();
+        for w in s.windows(2) {
+            assert!(
+                w[0].1 <= w[1].0,
+                "tid {tid}: {:?} overlaps {:?}",
+                w[0],
+                w[1]
+            );
+        }
+        slices += s.len();
+    }
+    slices
+}
+
+#[test]
+fn traces_keep_every_slice_under_perfettos_import_rules() {
+    let d = tempfile::tempdir().unwrap();
+    // The default scenario, and a tp 8 layer with data parallelism across two nodes.
+    for (name, args) in [
+        ("default", vec![]),
+        (
+            "layer",
+            vec![
+                "--workload",
+                "layer",
+                "--model",
+                "llama-3-8b",
+                "--tp",
+                "8",
+                "--dp",
+                "2",
+                "--seq",
+                "4k",
+                "--batch",
+                "1",
+                "--hardware",
+                "dgx-h100",
+                "--nodes",
+                "2",
+            ],
+        ),
+    ] {
+        let p = d.path().join(format!("{name}.json"));
+        let mut a = vec!["simulate", "--trace", p.to_str().unwrap()];
+        a.extend(args);
+        stdout(&a);
+        let text = std::fs::read_to_string(&p).unwrap();
+        let slices = assert_perfetto_loads_whole(&text);
+        // Every op of every strategy is one slice (links add theirs).
+        let ops = text.matches("\"ph\":\"X\"").count();
+        assert_eq!(slices, ops, "{name}");
+        assert!(slices > 0, "{name}");
+    }
+    // A measured run's timelines (sends and receives overlap on its comm streams).
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = root.join("results/h200-2026-12-04/emu-none-llama-ag-gemm-tp8-b3");
+    let tls: Vec<flashoverlap::timeline::Timeline> = ["sequential", "flash"]
+        .iter()
+        .map(|s| flashoverlap::app::read_timeline(&dir.join(format!("measured-{s}.json"))).unwrap())
+        .collect();
+    let refs: Vec<&flashoverlap::timeline::Timeline> = tls.iter().collect();
+    let text = flashoverlap::trace::chrome_trace(&refs);
+    let spans: usize = tls.iter().map(|t| t.spans.len()).sum();
+    assert_eq!(assert_perfetto_loads_whole(&text), spans);
+}

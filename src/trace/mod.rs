@@ -169,9 +169,9 @@ pub fn chrome_trace(timelines: &[&Timeline]) -> String {
             });
         }
         // Names and order of every sub-track (a lane with no span still gets one).
-        for lane in 0..lanes {
-            if tracks[lane].is_empty() {
-                tracks[lane].push((0, next_tid));
+        for (lane, subs) in tracks.iter_mut().enumerate() {
+            if subs.is_empty() {
+                subs.push((0, next_tid));
                 next_tid += 1;
             }
             let (pid, name) = if lane < tl.streams.len() {
@@ -180,7 +180,7 @@ pub fn chrome_trace(timelines: &[&Timeline]) -> String {
             } else {
                 (links_pid, tl.links[lane - tl.streams.len()].clone())
             };
-            for (j, &(_, tid)) in tracks[lane].iter().enumerate() {
+            for (j, &(_, tid)) in subs.iter().enumerate() {
                 let label = if j == 0 {
                     name.clone()
                 } else {

@@ -129,6 +129,14 @@ pub fn write_atomic(path: &Path, bytes: &[u8], overwrite: bool) -> Result<(), Ou
     Ok(())
 }
 
+/// `bytes` gzip-compressed (for outputs named `*.gz`, which Perfetto opens as they are).
+pub fn gzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(bytes).expect("writing to memory");
+    e.finish().expect("writing to memory")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -38,9 +38,14 @@ pub enum Request {
     },
 }
 
-/// `0-3,7` → [0, 1, 2, 3, 7].
+/// `0-3,7` → [0, 1, 2, 3, 7] (`--ranks`).
 pub fn parse_ranks(s: &str) -> Result<Vec<u32>, Error> {
-    let bad = || Error::input(format!("--ranks `{s}`: expected a list like 0-3,7"));
+    parse_rank_list("--ranks", s)
+}
+
+/// `0-3,7` → [0, 1, 2, 3, 7], errors naming `flag`.
+pub fn parse_rank_list(flag: &str, s: &str) -> Result<Vec<u32>, Error> {
+    let bad = || Error::input(format!("{flag} `{s}`: expected a list like 0-3,7"));
     let mut out = Vec::new();
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (a, b) = part.split_once('-').unwrap_or((part, part));

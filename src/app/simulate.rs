@@ -120,8 +120,13 @@ impl Simulation {
 
     /// The Chrome trace (Perfetto) of every strategy.
     pub fn trace(&self) -> String {
+        self.trace_of(&crate::trace::TraceFilter::default())
+    }
+
+    /// The part of the Chrome trace that `filter` keeps.
+    pub fn trace_of(&self, filter: &crate::trace::TraceFilter) -> String {
         let timelines: Vec<_> = self.run.runs.iter().map(|r| &r.timeline).collect();
-        crate::trace::chrome_trace(&timelines)
+        crate::trace::chrome_trace_filtered(&timelines, filter)
     }
 
     /// Each strategy's timeline file: (`timeline-<strategy>.json`, its JSON).

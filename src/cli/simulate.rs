@@ -98,9 +98,16 @@ pub struct Args {
     /// Output format on stdout.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
-    /// Write a Chrome trace (Perfetto) of every strategy to this file.
+    /// Write a Chrome trace (Perfetto) of every strategy to this file (gzip-compressed
+    /// when it ends in .gz).
     #[arg(long)]
     pub trace: Option<PathBuf>,
+    /// Only the spans of the trace that overlap START:END (µs), e.g. 0:5000.
+    #[arg(long, value_name = "START:END")]
+    pub trace_window: Option<String>,
+    /// Only these ranks' processes in the trace, e.g. 0-7,64.
+    #[arg(long, value_name = "RANKS")]
+    pub trace_ranks: Option<String>,
     /// Write results.json, table.txt, trace.json and one timeline-<strategy>.json per
     /// strategy into this directory (created if missing).
     #[arg(long)]
@@ -267,6 +274,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
     }
     let jitter = jitter_params(&a, &sc)?;
     let samples = jitter.map(|p| (p, a.samples, a.seed));
+    let filter = trace_filter(&a)?;
     let opts = app::Options {
         max_events: a.max_events,
         stragglers,
@@ -280,7 +288,13 @@ pub fn run(a: Args) -> Result<(), CliError> {
     let table = sim.table();
     let json = sim.json();
     if let Some(path) = &a.trace {
-        write_atomic(path, sim.trace().as_bytes(), a.force).map_err(CliError::output)?;
+        let text = sim.trace_of(&filter);
+        let bytes = if path.extension().is_some_and(|e| e == "gz") {
+            crate::io::gzip(text.as_bytes())
+        } else {
+            text.into_bytes()
+        };
+        write_atomic(path, &bytes, a.force).map_err(CliError::output)?;
     }
     if let Some(dir) = &a.out {
         std::fs::create_dir_all(dir).map_err(|source| {
@@ -303,4 +317,40 @@ pub fn run(a: Args) -> Result<(), CliError> {
         Format::Json => super::stdout(&json)?,
     }
     Ok(())
+}
+
+/// `--trace-window` and `--trace-ranks` (which need `--trace`).
+fn trace_filter(a: &Args) -> Result<crate::trace::TraceFilter, CliError> {
+    if a.trace.is_none() && (a.trace_window.is_some() || a.trace_ranks.is_some()) {
+        return Err(CliError::input(
+            "--trace-window and --trace-ranks shape the --trace file; give --trace too",
+        ));
+    }
+    let window = a
+        .trace_window
+        .as_deref()
+        .map(|w| {
+            let bad = || {
+                CliError::input(format!(
+                    "--trace-window `{w}`: expected START:END in µs with 0 ≤ START < END, e.g. 0:5000"
+                ))
+            };
+            let (x, y) = w.split_once(':').ok_or_else(bad)?;
+            let (x, y): (f64, f64) = (
+                x.trim().parse().map_err(|_| bad())?,
+                y.trim().parse().map_err(|_| bad())?,
+            );
+            if !(x.is_finite() && y.is_finite() && 0.0 <= x && x < y) {
+                return Err(bad());
+            }
+            Ok((x * 1e-6, y * 1e-6))
+        })
+        .transpose()?;
+    let ranks = a
+        .trace_ranks
+        .as_deref()
+        .map(|r| crate::app::plot::parse_rank_list("--trace-ranks", r))
+        .transpose()
+        .map_err(super::from_app)?;
+    Ok(crate::trace::TraceFilter { window, ranks })
 }

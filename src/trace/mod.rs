@@ -90,14 +90,40 @@ fn meta(name: &'static str, pid: u32, tid: Option<u32>, label: String) -> Event<
     }
 }
 
+/// What part of the timelines a trace holds (a step's trace can be 100 MB whole).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TraceFilter {
+    /// Only spans that overlap this window, in seconds (whole spans, not clipped).
+    pub window: Option<(f64, f64)>,
+    /// Only these ranks' processes (links stay: they carry every rank's traffic).
+    pub ranks: Option<Vec<u32>>,
+}
+
+impl TraceFilter {
+    fn keeps_rank(&self, r: u32) -> bool {
+        self.ranks
+            .as_ref()
+            .is_none_or(|v| v.binary_search(&r).is_ok())
+    }
+
+    fn keeps_time(&self, start: f64, end: f64) -> bool {
+        self.window.is_none_or(|(a, b)| end >= a && start <= b)
+    }
+}
+
 /// One trace holding every timeline given, one block of processes each.
 pub fn chrome_trace(timelines: &[&Timeline]) -> String {
+    chrome_trace_filtered(timelines, &TraceFilter::default())
+}
+
+/// [`chrome_trace`] of the part `filter` keeps.
+pub fn chrome_trace_filtered(timelines: &[&Timeline], filter: &TraceFilter) -> String {
     let mut ev = Vec::new();
     let mut base = 0u32;
     let mut next_tid = 0u32;
     for tl in timelines {
         let links_pid = base + tl.ranks;
-        for r in 0..tl.ranks {
+        for r in (0..tl.ranks).filter(|&r| filter.keeps_rank(r)) {
             ev.push(meta(
                 "process_name",
                 base + r,
@@ -122,7 +148,17 @@ pub fn chrome_trace(timelines: &[&Timeline]) -> String {
             Lane::Stream(i) => i as usize,
             Lane::Link(i) => tl.streams.len() + i as usize,
         };
-        let mut order: Vec<usize> = (0..tl.spans.len()).collect();
+        let rank_of_lane = |l: Lane| match l {
+            Lane::Stream(i) => Some(tl.streams[i as usize].rank),
+            Lane::Link(_) => None,
+        };
+        let mut order: Vec<usize> = (0..tl.spans.len())
+            .filter(|&k| {
+                let s = &tl.spans[k];
+                rank_of_lane(s.lane).is_none_or(|r| filter.keeps_rank(r))
+                    && filter.keeps_time(s.start, s.end)
+            })
+            .collect();
         order.sort_by_key(|&k| {
             let s = &tl.spans[k];
             (
@@ -170,6 +206,9 @@ pub fn chrome_trace(timelines: &[&Timeline]) -> String {
         }
         // Names and order of every sub-track (a lane with no span still gets one).
         for (lane, subs) in tracks.iter_mut().enumerate() {
+            if lane < tl.streams.len() && !filter.keeps_rank(tl.streams[lane].rank) {
+                continue;
+            }
             if subs.is_empty() {
                 subs.push((0, next_tid));
                 next_tid += 1;

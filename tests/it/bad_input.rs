@@ -727,6 +727,23 @@ fn cases(d: &Path) -> Vec<Case> {
             ],
         },
         Case {
+            name: "trace window backwards",
+            args: sim(&[
+                "--trace",
+                &d.join("t.json").display().to_string(),
+                "--trace-window",
+                "5:1",
+            ]),
+            code: 2,
+            says: vec![s("--trace-window `5:1`"), s("START:END")],
+        },
+        Case {
+            name: "trace ranks without a trace",
+            args: sim(&["--trace-ranks", "0-3"]),
+            code: 2,
+            says: vec![s("--trace-ranks"), s("give --trace too")],
+        },
+        Case {
             name: "sweep: bad shard",
             args: swp(&["--shard", "3/3"]),
             code: 2,

@@ -853,3 +853,84 @@ fn traces_keep_every_slice_under_perfettos_import_rules() {
     let spans: usize = tls.iter().map(|t| t.spans.len()).sum();
     assert_eq!(assert_perfetto_loads_whole(&text), spans);
 }
+
+/// `--trace-window` keeps the spans that overlap it, `--trace-ranks` the ranks named (and
+/// every link), `.gz` writes gzip; what is kept still holds to the import rules.
+#[test]
+fn trace_windows_ranks_and_gzip() {
+    let d = tempfile::tempdir().unwrap();
+    let layer = [
+        "simulate",
+        "--workload",
+        "layer",
+        "--model",
+        "llama-3-8b",
+        "--tp",
+        "8",
+        "--dp",
+        "2",
+        "--seq",
+        "4k",
+        "--batch",
+        "1",
+        "--hardware",
+        "dgx-h100",
+        "--nodes",
+        "2",
+    ];
+    let run = |name: &str, extra: &[&str]| -> serde_json::Value {
+        let p = d.path().join(name);
+        let mut a = layer.to_vec();
+        a.extend(["--trace", p.to_str().unwrap()]);
+        a.extend(extra);
+        stdout(&a);
+        let bytes = std::fs::read(&p).unwrap();
+        let text = if name.ends_with(".gz") {
+            use std::io::Read;
+            assert_eq!(&bytes[..2], [0x1f, 0x8b], "gzip magic");
+            let mut s = String::new();
+            flate2::read::GzDecoder::new(&bytes[..])
+                .read_to_string(&mut s)
+                .unwrap();
+            s
+        } else {
+            String::from_utf8(bytes).unwrap()
+        };
+        assert_perfetto_loads_whole(&text);
+        serde_json::from_str(&text).unwrap()
+    };
+    let spans = |v: &serde_json::Value| -> Vec<serde_json::Value> {
+        v["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["ph"] == "X")
+            .cloned()
+            .collect()
+    };
+    let full = spans(&run("full.json", &[]));
+    let win = spans(&run("win.json", &["--trace-window", "1000:2000"]));
+    let inside = |e: &serde_json::Value| {
+        let (ts, dur) = (e["ts"].as_f64().unwrap(), e["dur"].as_f64().unwrap());
+        ts <= 2000.0 && ts + dur >= 1000.0
+    };
+    assert!(win.iter().all(inside));
+    assert_eq!(win.len(), full.iter().filter(|e| inside(e)).count());
+    assert!(win.len() < full.len() && !win.is_empty());
+    // Rank 3 of each strategy: its processes only (ranks are pids base + r).
+    let one = run("one.json.gz", &["--trace-ranks", "3"]);
+    let names: std::collections::BTreeSet<&str> = one["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "process_name")
+        .map(|e| e["args"]["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names
+            .iter()
+            .all(|n| n.ends_with("rank 3") || n.ends_with("links")),
+        "{names:?}"
+    );
+    assert!(names.contains("flash · rank 3"), "{names:?}");
+}

@@ -125,7 +125,19 @@ impl Simulation {
 
     /// The part of the Chrome trace that `filter` keeps.
     pub fn trace_of(&self, filter: &crate::trace::TraceFilter) -> String {
-        let timelines: Vec<_> = self.run.runs.iter().map(|r| &r.timeline).collect();
+        let pairs: Vec<Vec<(u32, u32)>> = self
+            .run
+            .runs
+            .iter()
+            .map(|r| crate::trace::message_pairs(&r.plan))
+            .collect();
+        let timelines: Vec<_> = self
+            .run
+            .runs
+            .iter()
+            .zip(&pairs)
+            .map(|(r, p)| (&r.timeline, &p[..]))
+            .collect();
         crate::trace::chrome_trace_filtered(&timelines, filter)
     }
 

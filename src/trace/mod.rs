@@ -10,8 +10,10 @@
 //!   concurrent flows on a link) go to sub-tracks of their own (`comm`, `comm (2)`, …),
 //!   so no slice of a track overlaps another but by nesting;
 //! - thread ids are unique across the whole trace (Perfetto merges equal tids), with
-//!   sort indices so that ranks and streams appear in order.
+//!   sort indices so that ranks and streams appear in order;
+//! - each message is a flow arrow from its send's slice to its receive's.
 
+use crate::plan::{OpKind, Plan};
 use crate::timeline::{Lane, Timeline};
 use serde::Serialize;
 
@@ -33,6 +35,19 @@ enum Event<'a> {
         #[serde(skip_serializing_if = "Option::is_none")]
         tid: Option<u32>,
         args: MetaArgs,
+    },
+    /// A flow arrow's end: `s` at its send, `f` (bound to the enclosing slice) at its
+    /// receive.
+    Flow {
+        name: &'static str,
+        cat: &'static str,
+        ph: &'static str,
+        id: u64,
+        ts: Micros,
+        pid: u32,
+        tid: u32,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        bp: Option<&'static str>,
     },
     Span {
         name: std::borrow::Cow<'a, str>,
@@ -111,17 +126,49 @@ impl TraceFilter {
     }
 }
 
-/// One trace holding every timeline given, one block of processes each.
-pub fn chrome_trace(timelines: &[&Timeline]) -> String {
-    chrome_trace_filtered(timelines, &TraceFilter::default())
+/// Each send of `plan` with the receive that takes its message (same endpoints and
+/// tag), by send op; sends whose receive the plan does not hold (a symmetric plan's
+/// edge) are left out.
+pub fn message_pairs(plan: &Plan) -> Vec<(u32, u32)> {
+    let mut recvs: std::collections::HashMap<(u32, u32, u64), Vec<u32>> =
+        std::collections::HashMap::new();
+    for (i, op) in plan.ops.iter().enumerate().rev() {
+        if let OpKind::Recv { peer, tag, .. } = op.kind {
+            recvs
+                .entry((peer, op.rank, tag))
+                .or_default()
+                .push(i as u32);
+        }
+    }
+    let mut out = Vec::new();
+    for (i, op) in plan.ops.iter().enumerate() {
+        if let OpKind::Send { peer, tag, .. } = op.kind
+            && let Some(r) = recvs.get_mut(&(op.rank, peer, tag)).and_then(Vec::pop)
+        {
+            out.push((i as u32, r));
+        }
+    }
+    out
 }
 
-/// [`chrome_trace`] of the part `filter` keeps.
-pub fn chrome_trace_filtered(timelines: &[&Timeline], filter: &TraceFilter) -> String {
+/// One trace holding every timeline given, one block of processes each.
+pub fn chrome_trace(timelines: &[&Timeline]) -> String {
+    let none: Vec<(&Timeline, &[(u32, u32)])> = timelines.iter().map(|t| (*t, &[][..])).collect();
+    chrome_trace_filtered(&none, &TraceFilter::default())
+}
+
+/// [`chrome_trace`] of the part `filter` keeps, each timeline with its messages'
+/// (send op, receive op) pairs ([`message_pairs`] of its plan), drawn as flow arrows
+/// from the start of the send's slice to its receive's slice.
+pub fn chrome_trace_filtered(
+    timelines: &[(&Timeline, &[(u32, u32)])],
+    filter: &TraceFilter,
+) -> String {
+    let mut flow_id = 0u64;
     let mut ev = Vec::new();
     let mut base = 0u32;
     let mut next_tid = 0u32;
-    for tl in timelines {
+    for &(tl, pairs) in timelines {
         let links_pid = base + tl.ranks;
         for r in (0..tl.ranks).filter(|&r| filter.keeps_rank(r)) {
             ev.push(meta(
@@ -171,6 +218,9 @@ pub fn chrome_trace_filtered(timelines: &[&Timeline], filter: &TraceFilter) -> S
         // Per lane: each sub-track's end so far and its tid.
         let mut tracks: Vec<Vec<(u64, u32)>> = vec![Vec::new(); lanes];
         let mut spans = Vec::with_capacity(tl.spans.len());
+        // Each op's first slice on a stream: (pid, tid, start in ns), for the arrows.
+        let mut placed: std::collections::HashMap<u32, (u32, u32, u64)> =
+            std::collections::HashMap::new();
         for k in order {
             let s = &tl.spans[k];
             let lane = lane_of(s.lane);
@@ -189,6 +239,11 @@ pub fn chrome_trace_filtered(timelines: &[&Timeline], filter: &TraceFilter) -> S
                 Lane::Stream(i) => base + tl.streams[i as usize].rank,
                 Lane::Link(_) => links_pid,
             };
+            if matches!(s.lane, Lane::Stream(_)) {
+                placed
+                    .entry(s.op)
+                    .or_insert((pid, tracks[lane][sub].1, start));
+            }
             spans.push(Event::Span {
                 name: tl.label(s),
                 cat: s.class.name(),
@@ -230,6 +285,25 @@ pub fn chrome_trace_filtered(timelines: &[&Timeline], filter: &TraceFilter) -> S
             }
         }
         ev.extend(spans);
+        for &(send, recv) in pairs {
+            let (Some(&(sp, st, s0)), Some(&(rp, rt, r0))) = (placed.get(&send), placed.get(&recv))
+            else {
+                continue;
+            };
+            flow_id += 1;
+            for (ph, pid, tid, ts, bp) in [("s", sp, st, s0, None), ("f", rp, rt, r0, Some("e"))] {
+                ev.push(Event::Flow {
+                    name: "message",
+                    cat: "message",
+                    ph,
+                    id: flow_id,
+                    ts: Micros(ts),
+                    pid,
+                    tid,
+                    bp,
+                });
+            }
+        }
         base = links_pid + 1;
     }
     let t = Trace {

@@ -764,8 +764,18 @@ fn assert_perfetto_loads_whole(text: &str) -> usize {
     let mut tracks: std::collections::BTreeMap<u64, (u64, Vec<(u64, u64)>)> =
         std::collections::BTreeMap::new();
     let mut named = std::collections::BTreeMap::new();
+    // Flow arrows: id → [(phase, tid, ts)].
+    let mut flows: std::collections::BTreeMap<u64, Vec<(String, u64, u64)>> =
+        std::collections::BTreeMap::new();
     for e in ev {
         match e["ph"].as_str().unwrap() {
+            "s" | "f" => {
+                flows.entry(e["id"].as_u64().unwrap()).or_default().push((
+                    e["ph"].as_str().unwrap().to_string(),
+                    e["tid"].as_u64().unwrap(),
+                    ns(&e["ts"]),
+                ));
+            }
             "X" => {
                 let (ts, dur) = (ns(&e["ts"]), ns(&e["dur"]));
                 let (pid, tid) = (e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap());
@@ -779,6 +789,18 @@ fn assert_perfetto_loads_whole(text: &str) -> usize {
                 assert!(named.insert(tid, pid).is_none(), "tid {tid} named twice");
             }
             _ => {}
+        }
+    }
+    // Every arrow has one start and one end, each inside a slice of its track.
+    for (id, ends) in &flows {
+        let phases: Vec<&str> = ends.iter().map(|e| e.0.as_str()).collect();
+        assert_eq!(phases, ["s", "f"], "flow {id}");
+        for (_, tid, ts) in ends {
+            let on = &tracks.get(tid).expect("the arrow's track has slices").1;
+            assert!(
+                on.iter().any(|&(a, b)| a <= *ts && *ts <= b),
+                "flow {id}: no slice of tid {tid} holds {ts}"
+            );
         }
     }
     let mut slices = 0;
@@ -840,6 +862,13 @@ fn traces_keep_every_slice_under_perfettos_import_rules() {
         let ops = text.matches("\"ph\":\"X\"").count();
         assert_eq!(slices, ops, "{name}");
         assert!(slices > 0, "{name}");
+        // Each send with its receive in the plan is an arrow: every strategy's sends.
+        let sends = text.matches("\"cat\":\"send\"").count();
+        let arrows = text.matches("\"ph\":\"s\"").count();
+        assert!(
+            arrows > 0 && arrows <= sends,
+            "{name}: {arrows} arrows, {sends} sends"
+        );
     }
     // A measured run's timelines (sends and receives overlap on its comm streams).
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));

@@ -35,6 +35,8 @@ pub struct Measured {
     pub strategy: String,
     pub measured: Timeline,
     pub predicted: Timeline,
+    /// The plan's (send op, receive op) pairs: the trace's flow arrows.
+    pub messages: Vec<(u32, u32)>,
     pub rel_error: Option<f64>,
     pub makespans: Vec<f64>,
     /// Repetitions whose start gate opened by its timeout (see `GpuRun::gate_timeouts`).
@@ -244,6 +246,7 @@ pub fn run(req: Request, log: &dyn Fn(&str)) -> Result<Report, Error> {
             ));
         }
         out.push(Measured {
+            messages: trace::message_pairs(&plan),
             strategy: name,
             measured,
             predicted,
@@ -346,8 +349,12 @@ impl Report {
 
     /// The Chrome trace of the measured timelines.
     pub fn trace(&self) -> String {
-        let measured: Vec<&Timeline> = self.results.iter().map(|m| &m.measured).collect();
-        trace::chrome_trace(&measured)
+        let measured: Vec<(&Timeline, &[(u32, u32)])> = self
+            .results
+            .iter()
+            .map(|m| (&m.measured, &m.messages[..]))
+            .collect();
+        trace::chrome_trace_filtered(&measured, &trace::TraceFilter::default())
     }
 
     /// The files of `run --out`: run.json, table.txt, results.json, trace-measured.json,

@@ -881,6 +881,23 @@ fn traces_keep_every_slice_under_perfettos_import_rules() {
     let text = flashoverlap::trace::chrome_trace(&refs);
     let spans: usize = tls.iter().map(|t| t.spans.len()).sum();
     assert_eq!(assert_perfetto_loads_whole(&text), spans);
+    // A measured run of two ranks, with its plan's messages as arrows (as `run` writes
+    // its trace-measured.json): each arrow binds to a measured slice.
+    use flashoverlap::app::run::{RecordedRun, plan_for};
+    let dir = root.join("results/h200-2026-12-04/check-llama-ag-gemm-tp2");
+    let rec = RecordedRun::read(&dir).unwrap();
+    let sc = rec.scenario("h200-sxm-8", true).unwrap();
+    let s = flashoverlap::scenario::Strategy::parse("flash").unwrap();
+    let plan = plan_for(&sc, s, rec.emulate().unwrap()).unwrap();
+    let pairs = flashoverlap::trace::message_pairs(&plan);
+    let tl = flashoverlap::app::read_timeline(&dir.join("measured-flash.json")).unwrap();
+    let text = flashoverlap::trace::chrome_trace_filtered(
+        &[(&tl, &pairs[..])],
+        &flashoverlap::trace::TraceFilter::default(),
+    );
+    assert_eq!(assert_perfetto_loads_whole(&text), tl.spans.len());
+    assert_eq!(text.matches("\"ph\":\"s\"").count(), pairs.len());
+    assert!(!pairs.is_empty());
 }
 
 /// `--trace-window` keeps the spans that overlap it, `--trace-ranks` the ranks named (and

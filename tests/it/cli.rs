@@ -748,6 +748,27 @@ fn a_closed_or_full_stdout_is_not_a_panic() {
     }
 }
 
+/// A llama-3-8b layer at tp 8 × dp 2 over two DGX H100 nodes (its trace has overlapping
+/// comm slices and cross-node messages).
+const TP8_DP2_LAYER: &[&str] = &[
+    "--workload",
+    "layer",
+    "--model",
+    "llama-3-8b",
+    "--tp",
+    "8",
+    "--dp",
+    "2",
+    "--seq",
+    "4k",
+    "--batch",
+    "1",
+    "--hardware",
+    "dgx-h100",
+    "--nodes",
+    "2",
+];
+
 /// Perfetto's JSON import rules, held by every trace this build writes: `ts` and `dur`
 /// on one integer-nanosecond grid (at most three decimals of µs), no two slices of one
 /// track overlapping, thread ids unique across the trace and named. Returns the number
@@ -828,39 +849,26 @@ fn assert_perfetto_loads_whole(text: &str) -> usize {
 fn traces_keep_every_slice_under_perfettos_import_rules() {
     let d = tempfile::tempdir().unwrap();
     // The default scenario, and a tp 8 layer with data parallelism across two nodes.
-    for (name, args) in [
-        ("default", vec![]),
-        (
-            "layer",
-            vec![
-                "--workload",
-                "layer",
-                "--model",
-                "llama-3-8b",
-                "--tp",
-                "8",
-                "--dp",
-                "2",
-                "--seq",
-                "4k",
-                "--batch",
-                "1",
-                "--hardware",
-                "dgx-h100",
-                "--nodes",
-                "2",
-            ],
-        ),
-    ] {
-        let p = d.path().join(format!("{name}.json"));
-        let mut a = vec!["simulate", "--trace", p.to_str().unwrap()];
+    for (name, args) in [("default", vec![]), ("layer", TP8_DP2_LAYER.to_vec())] {
+        let out = d.path().join(name);
+        let mut a = vec!["simulate", "--out", out.to_str().unwrap()];
         a.extend(args);
         stdout(&a);
-        let text = std::fs::read_to_string(&p).unwrap();
+        let text = std::fs::read_to_string(out.join("trace.json")).unwrap();
         let slices = assert_perfetto_loads_whole(&text);
-        // Every op of every strategy is one slice (links add theirs).
-        let ops = text.matches("\"ph\":\"X\"").count();
-        assert_eq!(slices, ops, "{name}");
+        // Every span of every strategy's timeline file (ops and link occupancy) is one
+        // slice: none merged away, none dropped.
+        let mut spans = 0;
+        for f in std::fs::read_dir(&out).unwrap() {
+            let f = f.unwrap().path();
+            let file = f.file_name().unwrap().to_str().unwrap().to_string();
+            if file.starts_with("timeline-") {
+                let t: serde_json::Value =
+                    serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
+                spans += t["spans"].as_array().unwrap().len();
+            }
+        }
+        assert_eq!(slices, spans, "{name}");
         assert!(slices > 0, "{name}");
         // Each send with its receive in the plan is an arrow: every strategy's sends.
         let sends = text.matches("\"cat\":\"send\"").count();
@@ -905,28 +913,10 @@ fn traces_keep_every_slice_under_perfettos_import_rules() {
 #[test]
 fn trace_windows_ranks_and_gzip() {
     let d = tempfile::tempdir().unwrap();
-    let layer = [
-        "simulate",
-        "--workload",
-        "layer",
-        "--model",
-        "llama-3-8b",
-        "--tp",
-        "8",
-        "--dp",
-        "2",
-        "--seq",
-        "4k",
-        "--batch",
-        "1",
-        "--hardware",
-        "dgx-h100",
-        "--nodes",
-        "2",
-    ];
     let run = |name: &str, extra: &[&str]| -> serde_json::Value {
         let p = d.path().join(name);
-        let mut a = layer.to_vec();
+        let mut a = vec!["simulate"];
+        a.extend(TP8_DP2_LAYER);
         a.extend(["--trace", p.to_str().unwrap()]);
         a.extend(extra);
         stdout(&a);

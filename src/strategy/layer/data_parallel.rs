@@ -109,6 +109,31 @@ impl Ctx<'_> {
         Ok(out)
     }
 
+    /// The next layer's parameters over the data-parallel group (all-gather `site`):
+    /// the one prefetched in `pending`, else gathered now after `after`; with
+    /// `prefetch_next` the following layer's gather starts after `after` too (into
+    /// `pending`). The layer's next compute op waits for its parameters.
+    pub(super) fn layer_params(
+        &mut self,
+        site: &str,
+        pending: &mut Option<Vec<Vec<OpId>>>,
+        prefetch_next: bool,
+        after: &PerRank,
+    ) -> Result<(), StrategyError> {
+        let piece = self.grad_piece();
+        let params = match pending.take() {
+            Some(g) => g,
+            None => self.dp_ring(site, piece, after)?,
+        };
+        if prefetch_next {
+            *pending = Some(self.dp_ring(site, piece, after)?);
+        }
+        for (g, p) in self.gate.iter_mut().zip(params) {
+            g.extend(p);
+        }
+        Ok(())
+    }
+
     /// Gradient bytes of one layer per rank and ring step: the layer's parameters over
     /// tp·dp.
     pub(super) fn grad_piece(&self) -> u64 {

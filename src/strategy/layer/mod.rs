@@ -740,16 +740,8 @@ pub fn build(
                     c.grads = vec![None; n];
                     if regather {
                         let after = if i == 0 { first.clone() } else { y.clone() };
-                        let params = match gathered.take() {
-                            Some(g) => g,
-                            None => c.dp_ring("bwd.dp-ag", piece, &after)?,
-                        };
-                        if prefetch && i + 1 < per_chunk {
-                            gathered = Some(c.dp_ring("bwd.dp-ag", piece, &after)?);
-                        }
-                        for (g, p) in c.gate.iter_mut().zip(params) {
-                            g.extend(p);
-                        }
+                        let next = prefetch && i + 1 < per_chunk;
+                        c.layer_params("bwd.dp-ag", &mut gathered, next, &after)?;
                     }
                     if s.recompute == Recompute::Full {
                         // The layer's forward again from its kept input, before its
@@ -1001,21 +993,9 @@ impl Ctx<'_> {
                 continue;
             }
             if gather {
-                let params = match gathered.take() {
-                    Some(g) => g,
-                    None => {
-                        let after = if i == 0 { first.clone() } else { x.clone() };
-                        self.dp_ring("fwd.dp-ag", piece, &after)?
-                    }
-                };
-                if prefetch && i + 1 < layers {
-                    let after = if i == 0 { first.clone() } else { x.clone() };
-                    gathered = Some(self.dp_ring("fwd.dp-ag", piece, &after)?);
-                }
-                // The layer starts once its parameters are gathered.
-                for (g, p) in self.gate.iter_mut().zip(params) {
-                    g.extend(p);
-                }
+                let after = if i == 0 { first.clone() } else { x.clone() };
+                let next = prefetch && i + 1 < layers;
+                self.layer_params("fwd.dp-ag", &mut gathered, next, &after)?;
             }
             x = self.layer_fwd(&x)?;
         }

@@ -35,8 +35,8 @@ pub struct Measured {
     pub strategy: String,
     pub measured: Timeline,
     pub predicted: Timeline,
-    /// The plan's (send op, receive op) pairs: the trace's flow arrows.
-    pub messages: Vec<(u32, u32)>,
+    /// The plan that ran (the trace's flow arrows, shapes and layers).
+    pub plan: crate::plan::Plan,
     pub rel_error: Option<f64>,
     pub makespans: Vec<f64>,
     /// Repetitions whose start gate opened by its timeout (see `GpuRun::gate_timeouts`).
@@ -246,7 +246,7 @@ pub fn run(req: Request, log: &dyn Fn(&str)) -> Result<Report, Error> {
             ));
         }
         out.push(Measured {
-            messages: trace::message_pairs(&plan),
+            plan: plan.clone(),
             strategy: name,
             measured,
             predicted,
@@ -349,10 +349,14 @@ impl Report {
 
     /// The Chrome trace of the measured timelines.
     pub fn trace(&self) -> String {
-        let measured: Vec<(&Timeline, &[(u32, u32)])> = self
+        let measured: Vec<trace::TraceInput> = self
             .results
             .iter()
-            .map(|m| (&m.measured, &m.messages[..]))
+            .map(|m| trace::TraceInput {
+                timeline: &m.measured,
+                plan: Some(&m.plan),
+                comm_sms: None,
+            })
             .collect();
         trace::chrome_trace_filtered(&measured, &trace::TraceFilter::default())
     }

@@ -125,20 +125,27 @@ impl Simulation {
 
     /// The part of the Chrome trace that `filter` keeps.
     pub fn trace_of(&self, filter: &crate::trace::TraceFilter) -> String {
-        let pairs: Vec<Vec<(u32, u32)>> = self
+        let sc = &self.scenario;
+        // Posted send/recv kernels hold SMs under the NCCL transport, as the
+        // interference model counts them.
+        let comm_sms = match (&sc.hardware.interference, sc.transport) {
+            (Some(i), crate::scenario::Transport::Nccl) => Some(crate::trace::CommSms {
+                per_op: i.comm_ctas_per_op,
+                cap: i.max_comm_ctas,
+            }),
+            _ => None,
+        };
+        let inputs: Vec<_> = self
             .run
             .runs
             .iter()
-            .map(|r| crate::trace::message_pairs(&r.plan))
+            .map(|r| crate::trace::TraceInput {
+                timeline: &r.timeline,
+                plan: Some(&r.plan),
+                comm_sms,
+            })
             .collect();
-        let timelines: Vec<_> = self
-            .run
-            .runs
-            .iter()
-            .zip(&pairs)
-            .map(|(r, p)| (&r.timeline, &p[..]))
-            .collect();
-        crate::trace::chrome_trace_filtered(&timelines, filter)
+        crate::trace::chrome_trace_filtered(&inputs, filter)
     }
 
     /// Each strategy's timeline file: (`timeline-<strategy>.json`, its JSON).

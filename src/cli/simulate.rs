@@ -102,8 +102,9 @@ pub struct Args {
     /// when it ends in .gz).
     #[arg(long)]
     pub trace: Option<PathBuf>,
-    /// Only the spans of the trace that overlap START:END (µs), e.g. 0:5000.
-    #[arg(long, value_name = "START:END")]
+    /// Only the spans of the trace that overlap START:END (µs), e.g. 0:5000, or the ops
+    /// of a layer and micro-batch range, e.g. layer=3-5 or layer=0-1,mb=2.
+    #[arg(long, value_name = "START:END|layer=A-B,mb=A-B")]
     pub trace_window: Option<String>,
     /// Only these ranks' processes in the trace, e.g. 0-7,64.
     #[arg(long, value_name = "RANKS")]
@@ -326,31 +327,16 @@ fn trace_filter(a: &Args) -> Result<crate::trace::TraceFilter, CliError> {
             "--trace-window and --trace-ranks shape the --trace file; give --trace too",
         ));
     }
-    let window = a
-        .trace_window
-        .as_deref()
-        .map(|w| {
-            let bad = || {
-                CliError::input(format!(
-                    "--trace-window `{w}`: expected START:END in µs with 0 ≤ START < END, e.g. 0:5000"
-                ))
-            };
-            let (x, y) = w.split_once(':').ok_or_else(bad)?;
-            let (x, y): (f64, f64) = (
-                x.trim().parse().map_err(|_| bad())?,
-                y.trim().parse().map_err(|_| bad())?,
-            );
-            if !(x.is_finite() && y.is_finite() && 0.0 <= x && x < y) {
-                return Err(bad());
-            }
-            Ok((x * 1e-6, y * 1e-6))
-        })
-        .transpose()?;
+    let filter = match a.trace_window.as_deref() {
+        Some(w) => crate::trace::parse_window(w)
+            .map_err(|e| CliError::input(format!("--trace-window {e}")))?,
+        None => crate::trace::TraceFilter::default(),
+    };
     let ranks = a
         .trace_ranks
         .as_deref()
         .map(|r| crate::app::plot::parse_rank_list("--trace-ranks", r))
         .transpose()
         .map_err(super::from_app)?;
-    Ok(crate::trace::TraceFilter { window, ranks })
+    Ok(crate::trace::TraceFilter { ranks, ..filter })
 }

@@ -223,6 +223,50 @@ pub struct OpTag {
 /// `OpLabel::peer` of an op that is not a send or recv.
 pub const NO_PEER: u32 = u32::MAX;
 
+/// Which pass of a training step an op belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Pass {
+    Forward,
+    Backward,
+    /// A layer's forward run again in its backward (full recomputation).
+    Recompute,
+}
+
+impl Pass {
+    pub fn name(self) -> &'static str {
+        match self {
+            Pass::Forward => "fwd",
+            Pass::Backward => "bwd",
+            Pass::Recompute => "recompute",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Pass> {
+        [Pass::Forward, Pass::Backward, Pass::Recompute]
+            .into_iter()
+            .find(|p| p.name() == s)
+    }
+}
+
+/// Where in a step an op runs: its layer (`None`: the embedding, the LM head, the
+/// gradient buckets after the last layer), micro-batch and pass. A plan records it per
+/// run of ops ([`Plan::scopes`]), not per op.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Scope {
+    pub layer: Option<u32>,
+    pub micro_batch: u32,
+    pub pass: Pass,
+}
+
+/// Scope marks: each op from `first` up to the next mark's `first` has `scope`.
+pub type ScopeMark = (OpId, Scope);
+
+/// The scope of `op` under `marks` (sorted by first op).
+pub fn scope_of(marks: &[ScopeMark], op: OpId) -> Option<Scope> {
+    let i = marks.partition_point(|&(first, _)| first <= op);
+    i.checked_sub(1).map(|i| marks[i].1)
+}
+
 /// An op's label in parts (16 bytes, no allocation): site index, class, slice and the
 /// peer of a send or recv. Rendered as `site.class[sN]`, with `→peer` / `←peer`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -294,6 +338,9 @@ pub struct Plan {
     /// `Some(shift)`: a symmetric plan holding ranks `0..shift` of `ranks` (see
     /// [`PlanBuilder::symmetric`]).
     pub symmetry: Option<u32>,
+    /// Layer, micro-batch and pass of runs of ops (sorted by first op; empty for plans
+    /// that are not a layer or a step).
+    pub scopes: Vec<ScopeMark>,
 }
 
 pub const NO_PARTNER: OpId = OpId::MAX;
@@ -371,6 +418,10 @@ impl Plan {
     pub fn issue_order(&self) -> Result<Vec<u32>, PlanError> {
         validate::topological_order(self)
     }
+    /// The layer, micro-batch and pass `op` belongs to, where the strategy recorded it.
+    pub fn scope(&self, op: OpId) -> Option<Scope> {
+        scope_of(&self.scopes, op)
+    }
     pub fn site_name(&self, op: OpId) -> &str {
         &self.sites[self.ops[op as usize].tag.site as usize]
     }
@@ -431,6 +482,7 @@ pub struct PlanBuilder {
     /// Record buffers, op regions and outputs (`false`: a plan for the simulator only).
     dataflow: bool,
     symmetry: Option<u32>,
+    scopes: Vec<ScopeMark>,
 }
 
 /// The most ops one plan may hold; bigger plans are refused rather than exhausting memory.
@@ -457,6 +509,19 @@ impl PlanBuilder {
             outputs: Vec::new(),
             dataflow: true,
             symmetry: None,
+            scopes: Vec::new(),
+        }
+    }
+
+    /// The ops added from now on run in `scope` (until the next call).
+    pub fn set_scope(&mut self, scope: Scope) {
+        let first = self.ops.len() as OpId;
+        // A mark no op took yet gives way to the new one.
+        if self.scopes.last().is_some_and(|&(f, _)| f == first) {
+            self.scopes.pop();
+        }
+        if self.scopes.last().is_none_or(|&(_, last)| last != scope) {
+            self.scopes.push((first, scope));
         }
     }
 
@@ -685,5 +750,52 @@ impl fmt::Display for Plan {
             self.launch_count(),
             self.ops.len()
         )
+    }
+}
+
+#[cfg(test)]
+mod scope_tests {
+    use super::*;
+
+    #[test]
+    fn scopes_mark_runs_of_ops() {
+        let mut b = PlanBuilder::new(1);
+        let st = b.stream(0, "compute", StreamKind::Compute);
+        let sc = |layer, pass| Scope {
+            layer,
+            micro_batch: 0,
+            pass,
+        };
+        let op = |b: &mut PlanBuilder| {
+            let k = OpKind::Copy { bytes: 1 };
+            b.single(
+                st,
+                k,
+                &[],
+                OpTag {
+                    site: 0,
+                    step: 0,
+                    slice: 0,
+                },
+            )
+            .unwrap()
+        };
+        b.set_scope(sc(None, Pass::Forward));
+        op(&mut b);
+        // A scope no op takes gives way to the next; a repeat adds no mark.
+        b.set_scope(sc(Some(0), Pass::Forward));
+        b.set_scope(sc(Some(1), Pass::Forward));
+        op(&mut b);
+        b.set_scope(sc(Some(1), Pass::Forward));
+        op(&mut b);
+        b.set_scope(sc(Some(1), Pass::Backward));
+        op(&mut b);
+        let p = b.finish().unwrap();
+        assert_eq!(p.scopes.len(), 3);
+        assert_eq!(p.scope(0), Some(sc(None, Pass::Forward)));
+        assert_eq!(p.scope(1), Some(sc(Some(1), Pass::Forward)));
+        assert_eq!(p.scope(2), Some(sc(Some(1), Pass::Forward)));
+        assert_eq!(p.scope(3), Some(sc(Some(1), Pass::Backward)));
+        assert_eq!(scope_of(&[], 0), None);
     }
 }

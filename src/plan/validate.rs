@@ -96,6 +96,7 @@ pub(super) fn finish(b: PlanBuilder) -> Result<Plan, PlanError> {
         io,
         outputs,
         symmetry,
+        scopes,
         ..
     } = b;
     if let Some(shift) = symmetry
@@ -163,6 +164,7 @@ pub(super) fn finish(b: PlanBuilder) -> Result<Plan, PlanError> {
         io: Vec::new(),
         outputs,
         symmetry,
+        scopes,
     };
     plan.partner = match_p2p(&plan)?;
     if io.iter().any(Option::is_some) || !plan.outputs.is_empty() {

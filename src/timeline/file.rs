@@ -2,7 +2,7 @@
 //! Times are microseconds. `plot` and `validate` read it back.
 
 use super::{Lane, Source, Span, SpanLabel, Timeline};
-use crate::plan::{OpClass, StreamInfo, StreamKind};
+use crate::plan::{OpClass, Pass, Scope, StreamInfo, StreamKind};
 use serde::{Deserialize, Serialize};
 
 pub const FORMAT: &str = "flashoverlap-timeline";
@@ -22,6 +22,22 @@ pub struct TimelineFile {
     pub streams: Vec<StreamFile>,
     pub links: Vec<String>,
     pub spans: Vec<SpanFile>,
+    /// Layer, micro-batch and pass of runs of ops (layer and step workloads).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scopes: Vec<ScopeFile>,
+}
+
+/// The ops from `first_op` up to the next entry's run in this scope.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScopeFile {
+    pub first_op: u32,
+    /// `null`: no layer (the embedding, the LM head, gradient buckets after the last
+    /// layer).
+    pub layer: Option<u32>,
+    pub micro_batch: u32,
+    /// `fwd`, `bwd` or `recompute`.
+    pub pass: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -107,6 +123,16 @@ impl From<&Timeline> for TimelineFile {
                     }
                 })
                 .collect(),
+            scopes: t
+                .scopes
+                .iter()
+                .map(|(first, sc)| ScopeFile {
+                    first_op: *first,
+                    layer: sc.layer,
+                    micro_batch: sc.micro_batch,
+                    pass: sc.pass.name().into(),
+                })
+                .collect(),
         }
     }
 }
@@ -180,6 +206,26 @@ impl TryFrom<TimelineFile> for Timeline {
                 return Err(bad(key.into(), v.to_string()));
             }
         }
+        let mut scopes = Vec::with_capacity(f.scopes.len());
+        for (i, sc) in f.scopes.into_iter().enumerate() {
+            let pass = Pass::parse(&sc.pass)
+                .ok_or_else(|| bad(format!("scopes[{i}].pass"), sc.pass.clone()))?;
+            if scopes
+                .last()
+                .is_some_and(|&(first, _)| first >= sc.first_op)
+            {
+                return Err(bad(
+                    format!("scopes[{i}].first_op"),
+                    format!("{} (not after the previous entry's)", sc.first_op),
+                ));
+            }
+            let scope = Scope {
+                layer: sc.layer,
+                micro_batch: sc.micro_batch,
+                pass,
+            };
+            scopes.push((sc.first_op, scope));
+        }
         Ok(Timeline {
             source,
             scenario: f.scenario,
@@ -189,6 +235,8 @@ impl TryFrom<TimelineFile> for Timeline {
             links: f.links,
             sites: Vec::new(),
             spans,
+            scopes,
+            link_bandwidth: Vec::new(),
             model_flops: f.model_flops,
             peak_flops: f.peak_flops,
         })

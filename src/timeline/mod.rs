@@ -6,7 +6,7 @@ pub mod file;
 pub mod metrics;
 
 use crate::exec::sim::SimResult;
-use crate::plan::{OpClass, OpId, OpLabel, Plan, StreamInfo};
+use crate::plan::{OpClass, OpId, OpLabel, Plan, Scope, ScopeMark, StreamInfo};
 use crate::topology::Topology;
 use std::borrow::Cow;
 
@@ -68,6 +68,11 @@ pub struct Timeline {
     pub sites: Vec<String>,
     /// Stream spans in op-id order, then link spans in completion order.
     pub spans: Vec<Span>,
+    /// Layer, micro-batch and pass of runs of ops (the plan's [`Plan::scopes`]).
+    pub scopes: Vec<ScopeMark>,
+    /// Capacity of each link of [`Timeline::links`] in bytes/s (empty where unknown:
+    /// measured timelines, files).
+    pub link_bandwidth: Vec<f64>,
     pub model_flops: f64,
     /// Peak FLOP/s of one GPU for the run's dtype (for MFU).
     pub peak_flops: f64,
@@ -99,9 +104,11 @@ impl Timeline {
         // Only links that carried something get a lane, numbered in first-use order.
         let mut link_index = std::collections::HashMap::new();
         let mut links = Vec::new();
+        let mut link_bandwidth = Vec::new();
         for ls in &sim.link_spans {
             let idx = *link_index.entry(ls.link).or_insert_with(|| {
                 links.push(topo.link_name(ls.link as usize));
+                link_bandwidth.push(topo.link(ls.link as usize).bandwidth);
                 links.len() as u32 - 1
             });
             spans.push(Span {
@@ -126,6 +133,8 @@ impl Timeline {
             links,
             sites: plan.sites.clone(),
             spans,
+            scopes: plan.scopes.clone(),
+            link_bandwidth,
             model_flops: plan.model_flops,
             peak_flops,
         }
@@ -164,6 +173,8 @@ impl Timeline {
             links: Vec::new(),
             sites: plan.sites.clone(),
             spans,
+            scopes: plan.scopes.clone(),
+            link_bandwidth: Vec::new(),
             model_flops: plan.model_flops,
             peak_flops,
         }
@@ -175,6 +186,11 @@ impl Timeline {
             SpanLabel::Op(l) => Cow::Owned(l.render(&self.sites)),
             SpanLabel::Text(t) => Cow::Borrowed(t),
         }
+    }
+
+    /// The layer, micro-batch and pass of a span's op, where recorded.
+    pub fn scope(&self, span: &Span) -> Option<Scope> {
+        crate::plan::scope_of(&self.scopes, span.op)
     }
 
     /// Rank of a stream span, `None` for link spans.

@@ -788,6 +788,8 @@ fn assert_perfetto_loads_whole(text: &str) -> usize {
     // Flow arrows: id → [(phase, tid, ts)].
     let mut flows: std::collections::BTreeMap<u64, Vec<(String, u64, u64)>> =
         std::collections::BTreeMap::new();
+    let mut instants = Vec::new();
+    let mut counters = std::collections::BTreeMap::new();
     for e in ev {
         match e["ph"].as_str().unwrap() {
             "s" | "f" => {
@@ -803,6 +805,29 @@ fn assert_perfetto_loads_whole(text: &str) -> usize {
                 let t = tracks.entry(tid).or_insert((pid, Vec::new()));
                 assert_eq!(t.0, pid, "tid {tid} is used by two processes");
                 t.1.push((ts, ts + dur));
+            }
+            "i" => {
+                // A thread-scoped instant on a named track of its process.
+                assert_eq!(e["s"], "t");
+                instants.push((e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap()));
+                ns(&e["ts"]);
+            }
+            "C" => {
+                // One numeric value per sample, samples of a track in time order.
+                let args = e["args"].as_object().unwrap();
+                assert_eq!(args.len(), 1, "{e}");
+                let (key, v) = args.iter().next().unwrap();
+                assert!(v.as_f64().is_some_and(f64::is_finite), "{e}");
+                let track = (
+                    e["pid"].as_u64().unwrap(),
+                    format!("{} {key}", e["name"].as_str().unwrap()),
+                );
+                let t = ns(&e["ts"]);
+                let last = counters.insert(track.clone(), t);
+                assert!(
+                    last.is_none_or(|l| l < t),
+                    "counter {track:?} goes back at {t}"
+                );
             }
             "M" if e["name"] == "thread_name" => {
                 let tid = e["tid"].as_u64().unwrap();
@@ -823,6 +848,9 @@ fn assert_perfetto_loads_whole(text: &str) -> usize {
                 "flow {id}: no slice of tid {tid} holds {ts}"
             );
         }
+    }
+    for (pid, tid) in instants {
+        assert_eq!(named.get(&tid), Some(&pid), "instant on unnamed tid {tid}");
     }
     let mut slices = 0;
     for (tid, (pid, mut s)) in tracks {
@@ -899,8 +927,13 @@ fn traces_keep_every_slice_under_perfettos_import_rules() {
     let plan = plan_for(&sc, s, rec.emulate().unwrap()).unwrap();
     let pairs = flashoverlap::trace::message_pairs(&plan);
     let tl = flashoverlap::app::read_timeline(&dir.join("measured-flash.json")).unwrap();
+    let input = flashoverlap::trace::TraceInput {
+        timeline: &tl,
+        plan: Some(&plan),
+        comm_sms: None,
+    };
     let text = flashoverlap::trace::chrome_trace_filtered(
-        &[(&tl, &pairs[..])],
+        &[input],
         &flashoverlap::trace::TraceFilter::default(),
     );
     assert_eq!(assert_perfetto_loads_whole(&text), tl.spans.len());
@@ -969,4 +1002,178 @@ fn trace_windows_ranks_and_gzip() {
         "{names:?}"
     );
     assert!(names.contains("flash · rank 3"), "{names:?}");
+}
+
+/// A step's trace carries what a user looks for: each slice's layer, micro-batch, pass,
+/// site and shape; one marker where each layer's forward and backward of each
+/// micro-batch starts on each rank; counters whose `comm exposed` track integrates to
+/// the table's exposed communication; and `--trace-window layer=A-B,mb=C` keeps just
+/// those ops.
+#[test]
+fn trace_args_layer_markers_counters_and_scope_windows() {
+    let d = tempfile::tempdir().unwrap();
+    let step = [
+        "simulate",
+        "--workload",
+        "step",
+        "--model",
+        "llama-3-8b",
+        "--tp",
+        "2",
+        "--pp",
+        "2",
+        "--micro-batches",
+        "2",
+        "--seq",
+        "2k",
+        "--batch",
+        "1",
+        "--hardware",
+        "h100-sxm-8",
+        "--strategy",
+        "sequential,flash",
+        "--format",
+        "json",
+    ];
+    let run = |name: &str, extra: &[&str]| -> (serde_json::Value, serde_json::Value) {
+        let p = d.path().join(name);
+        let mut a = step.to_vec();
+        a.extend(["--trace", p.to_str().unwrap()]);
+        a.extend(extra);
+        let j: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert_perfetto_loads_whole(&text);
+        (serde_json::from_str(&text).unwrap(), j)
+    };
+    let (full, results) = run("full.json", &[]);
+    let ev = full["traceEvents"].as_array().unwrap();
+    let pid_name: std::collections::BTreeMap<u64, String> = ev
+        .iter()
+        .filter(|e| e["name"] == "process_name")
+        .map(|e| {
+            let n = e["args"]["name"].as_str().unwrap().to_string();
+            (e["pid"].as_u64().unwrap(), n)
+        })
+        .collect();
+    // 32 layers over 2 stages, 2 micro-batches, forward and backward: 64 markers on
+    // each of the 4 ranks of each strategy, all distinct.
+    let mut marks: std::collections::BTreeMap<u64, std::collections::BTreeSet<String>> =
+        Default::default();
+    for e in ev.iter().filter(|e| e["ph"] == "i") {
+        let fresh = marks
+            .entry(e["pid"].as_u64().unwrap())
+            .or_default()
+            .insert(e["name"].as_str().unwrap().to_string());
+        assert!(fresh, "{e}");
+    }
+    assert_eq!(marks.len(), 8);
+    assert!(marks.values().all(|m| m.len() == 64), "{marks:?}");
+    assert!(marks[&0].contains("layer 0 fwd · mb 0") && marks[&0].contains("layer 15 bwd · mb 1"));
+    assert!(
+        marks[&2].contains("layer 16 fwd · mb 0") && !marks[&2].contains("layer 15 fwd · mb 0")
+    );
+    // Slice args: every GEMM names its site and shape; those inside a layer its layer,
+    // micro-batch and pass.
+    let slices: Vec<&serde_json::Value> = ev.iter().filter(|e| e["ph"] == "X").collect();
+    for e in slices.iter().filter(|e| e["cat"] == "gemm") {
+        let a = &e["args"];
+        assert!(a["site"].is_string() && a["shape"].is_string(), "{e}");
+        assert!(
+            a["strategy"].is_string() && a["micro_batch"].is_u64(),
+            "{e}"
+        );
+        let head = a["site"].as_str().unwrap().contains("head");
+        assert_eq!(a["layer"].is_u64(), !head, "{e}");
+    }
+    // The exposed-communication counter of each strategy's critical rank integrates to
+    // the exposed communication the results report.
+    for row in results["results"].as_array().unwrap() {
+        let strategy = row["strategy"].as_str().unwrap();
+        let rank = row["critical_rank"].as_u64().unwrap();
+        let pid = *pid_name
+            .iter()
+            .find(|(_, n)| **n == format!("{strategy} · rank {rank}"))
+            .unwrap()
+            .0;
+        let samples: Vec<(f64, f64)> = ev
+            .iter()
+            .filter(|e| e["ph"] == "C" && e["pid"] == pid && e["args"]["exposed"].is_number())
+            .map(|e| {
+                (
+                    e["ts"].as_f64().unwrap(),
+                    e["args"]["exposed"].as_f64().unwrap(),
+                )
+            })
+            .collect();
+        assert!(samples.iter().all(|s| s.1 == 0.0 || s.1 == 1.0));
+        assert_eq!(samples.last().unwrap().1, 0.0);
+        let integral: f64 = samples.windows(2).map(|w| (w[1].0 - w[0].0) * w[0].1).sum();
+        let want = row["exposed_comm_us"].as_f64().unwrap();
+        assert!(
+            (integral - want).abs() <= 1e-3 * samples.len() as f64 + 1e-6 * want,
+            "{strategy}: counter {integral} µs, results {want} µs"
+        );
+        if strategy == "sequential" {
+            assert!(want > 0.0);
+        }
+    }
+    // Every link's utilization returns to 0, and comm counters exist per rank.
+    let mut last: std::collections::BTreeMap<(u64, String), f64> = Default::default();
+    for e in ev.iter().filter(|e| e["ph"] == "C") {
+        for (k, v) in e["args"].as_object().unwrap() {
+            let key = (
+                e["pid"].as_u64().unwrap(),
+                format!("{} {k}", e["name"].as_str().unwrap()),
+            );
+            last.insert(key, v.as_f64().unwrap());
+        }
+    }
+    assert!(
+        last.iter()
+            .any(|((_, k), _)| k.starts_with("utilization % "))
+    );
+    assert!(last.iter().any(|((_, k), _)| k == "comm SMs held"));
+    for (k, v) in &last {
+        if k.1 != "comm exposed" {
+            assert_eq!(*v, 0.0, "{k:?} ends at {v}");
+        }
+    }
+    // A layer and micro-batch window keeps exactly those ops.
+    let (part, _) = run("part.json", &["--trace-window", "layer=3-5,mb=1"]);
+    let want = slices
+        .iter()
+        .filter(|e| {
+            let a = &e["args"];
+            a["micro_batch"] == 1 && a["layer"].as_u64().is_some_and(|l| (3..=5).contains(&l))
+        })
+        .count();
+    let got: Vec<&serde_json::Value> = part["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .collect();
+    assert_eq!(got.len(), want);
+    assert!(want > 0);
+    let marks = part["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "i")
+        .count();
+    // Layers 3–5 live on stage 0 (ranks 0, 1): forward and backward, 2 strategies.
+    assert_eq!(marks, 3 * 2 * 2 * 2);
+    // A bad window is refused with the forms it takes.
+    let out = bin()
+        .args([
+            "simulate",
+            "--trace",
+            d.path().join("x.json").to_str().unwrap(),
+        ])
+        .args(["--trace-window", "layer=5-3"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("layer=A[-B]"), "{err}");
 }

@@ -36,7 +36,9 @@
 use super::collective::{CollectiveError, CollectiveOp, Comm};
 use super::sites::{self, Blocks, RankStreams, WeightChunks};
 use super::{MlpShape, StrategyError, blocks, check_div};
-use crate::plan::{EltKind, OpId, OpKind, OpTag, Plan, PlanBuilder, StreamId, StreamKind};
+use crate::plan::{
+    EltKind, OpId, OpKind, OpTag, Pass, Plan, PlanBuilder, Scope, StreamId, StreamKind,
+};
 use crate::scenario::{
     Activation, DType, Parallel, PpSchedule, RankOrder, Recompute, Scenario, Strategy,
 };
@@ -690,7 +692,14 @@ pub fn build(
         for a in pipeline::order(schedule, pp as u64, p as u64, mbs) {
             let vs = a.chunk * pp as u64 + p as u64;
             let mb = a.micro_batch;
+            let first_layer = vs * per_chunk;
+            let scope = |layer: Option<u64>, pass: Pass| Scope {
+                layer: layer.map(|l| l as u32),
+                micro_batch: mb as u32,
+                pass,
+            };
             if a.forward {
+                c.b.set_scope(scope(None, Pass::Forward));
                 c.sync = false;
                 let input = if vs > 0 {
                     c.pp_recv(&par, "pp.fwd", vs - 1, tags.of(true, vs - 1, mb), mb, &x)?
@@ -702,7 +711,8 @@ pub fn build(
                     y = c.elt("fwd.embed", 2, &y)?;
                 }
                 let gather = s.zero >= 3 || mb == 0;
-                y = c.forward_layers(per_chunk, gather, &x, &y, vs > 0)?;
+                y = c.forward_layers(per_chunk, gather, &x, &y, vs > 0, (first_layer, mb))?;
+                c.b.set_scope(scope(None, Pass::Forward));
                 if step && vs + 1 == virtual_stages {
                     y = c.head_fwd(&y)?;
                 }
@@ -711,6 +721,7 @@ pub fn build(
                 }
                 x = y;
             } else {
+                c.b.set_scope(scope(None, Pass::Backward));
                 c.sync = mb + 1 == mbs;
                 let mut y = if vs + 1 < virtual_stages {
                     c.pp_recv(&par, "pp.bwd", vs + 1, tags.of(false, vs, mb), mb, &x)?
@@ -737,6 +748,8 @@ pub fn build(
                     None
                 };
                 for i in 0..per_chunk {
+                    let layer = Some(first_layer + per_chunk - 1 - i);
+                    c.b.set_scope(scope(layer, Pass::Backward));
                     c.grads = vec![None; n];
                     if regather {
                         let after = if i == 0 { first.clone() } else { y.clone() };
@@ -746,11 +759,14 @@ pub fn build(
                     if s.recompute == Recompute::Full {
                         // The layer's forward again from its kept input, before its
                         // backward (which then finds its activations).
+                        c.b.set_scope(scope(layer, Pass::Recompute));
                         c.layer_fwd(&y)?;
+                        c.b.set_scope(scope(layer, Pass::Backward));
                     }
                     y = c.layer_bwd(&y)?;
                     y = c.reduce_bucket(dps, &y, &mut late_buckets, piece)?;
                 }
+                c.b.set_scope(scope(None, Pass::Backward));
                 if step && vs == 0 {
                     y = c.elt("bwd.embed", 2, &y)?;
                 }
@@ -972,7 +988,13 @@ impl Ctx<'_> {
         prev: &PerRank,
         input: &PerRank,
         received: bool,
+        (first_layer, mb): (u64, u64),
     ) -> Result<PerRank, StrategyError> {
+        let scope = |i: u64| Scope {
+            layer: Some((first_layer + i) as u32),
+            micro_batch: mb as u32,
+            pass: Pass::Forward,
+        };
         let dps = self.dp_strategy();
         let piece = self.grad_piece();
         let fused = gather && dps == Strategy::Flash && self.s.sync() > 1;
@@ -985,6 +1007,7 @@ impl Ctx<'_> {
         };
         let mut x = input.clone();
         for i in 0..layers {
+            self.b.set_scope(scope(i));
             if fused {
                 let after = if i == 0 { first.clone() } else { x.clone() };
                 self.gather_weights(&after)?;

@@ -14,8 +14,13 @@ pub enum Request {
     /// A Gantt chart of timeline files or of directories of them.
     Timeline {
         inputs: Vec<PathBuf>,
-        /// Ranks to show (default: all).
+        /// Ranks to show (default: all, a rank that repeats another drawn once).
         ranks: Option<Vec<u32>>,
+        /// Draw every rank even where it repeats another.
+        all_ranks: bool,
+        /// The part drawn: `START:END` in µs or a layer/micro-batch range
+        /// (`layer=3-5,mb=0`), as `--trace-window` takes it.
+        window: Option<String>,
         title: Option<String>,
     },
     /// A metric of a sweep (its sweep.json or folder) against a field, one line per
@@ -93,6 +98,25 @@ fn timeline_files(p: &Path) -> Result<Vec<PathBuf>, Error> {
         })
         .collect();
     v.sort();
+    // Panels in the order the run compared its strategies (results.json), where known.
+    let order: Vec<String> = std::fs::read_to_string(p.join("results.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|j| {
+            j["results"].as_array().map(|rs| {
+                rs.iter()
+                    .filter_map(|r| r["strategy"].as_str())
+                    .map(super::run::stem)
+                    .collect()
+            })
+        })
+        .unwrap_or_default();
+    let rank = |f: &PathBuf| {
+        let n = f.file_stem().and_then(|n| n.to_str()).unwrap_or("");
+        let stem = n.split_once('-').map_or(n, |(_, s)| s);
+        order.iter().position(|o| o == stem).unwrap_or(order.len())
+    };
+    v.sort_by_key(|f| rank(f));
     if v.is_empty() {
         return Err(Error::input(format!(
             "{}: no timeline-*.json, measured-*.json or predicted-*.json inside",
@@ -180,26 +204,85 @@ pub fn format_of(path: &Path) -> Result<ImageFormat, Error> {
     ImageFormat::from_path(path).map_err(Error::input)
 }
 
+/// What a Gantt chart shows of its timelines.
+#[derive(Debug, Clone, Default)]
+pub struct GanttView {
+    /// Ranks to show (all when `None`).
+    pub ranks: Option<Vec<u32>>,
+    /// Draw every rank even where it repeats another (always when `ranks` is given).
+    pub all_ranks: bool,
+    /// `START:END` (µs) or `layer=A-B,mb=A-B`.
+    pub window: Option<String>,
+}
+
+/// The time window (s) a `--window` value selects in these timelines.
+fn resolve_window(w: &str, timelines: &[&Timeline]) -> Result<(f64, f64), Error> {
+    let f = crate::trace::parse_window(w).map_err(|e| Error::input(format!("--window {e}")))?;
+    if let Some(t) = f.window {
+        return Ok(t);
+    }
+    let range = f.scope.unwrap_or_default();
+    let (mut a, mut b) = (f64::INFINITY, f64::NEG_INFINITY);
+    for t in timelines {
+        for s in &t.spans {
+            if range.keeps(t.scope(s)) {
+                a = a.min(s.start);
+                b = b.max(s.end);
+            }
+        }
+    }
+    if a >= b {
+        return Err(Error::input(format!(
+            "--window `{w}`: no op of the timelines is in that range (timelines of a layer or \
+             a step record their layers and micro-batches; others do not)"
+        )));
+    }
+    Ok((a, b))
+}
+
 /// Timelines drawn stacked, one panel each (or a measured one with its prediction).
 pub fn gantt(
     title: &str,
     timelines: &[&Timeline],
-    ranks: Option<Vec<u32>>,
+    view: &GanttView,
     format: ImageFormat,
 ) -> Result<Vec<u8>, Error> {
-    if let Some(r) = &ranks
+    if let Some(r) = &view.ranks
         && timelines.iter().all(|t| r.iter().all(|&x| x >= t.ranks))
     {
         return Err(Error::input(format!(
             "--ranks: no timeline has any of ranks {r:?}"
         )));
     }
+    let window = view
+        .window
+        .as_deref()
+        .map(|w| resolve_window(w, timelines))
+        .transpose()?;
     let g = Gantt {
         title: title.to_string(),
         panels: panels(timelines),
-        ranks,
+        ranks: view.ranks.clone(),
+        fold: view.ranks.is_none() && !view.all_ranks,
+        window,
     };
     render(&g, format)
+}
+
+/// The default title of timelines: their scenario, ranks and strategies.
+pub fn timeline_title(timelines: &[&Timeline]) -> String {
+    let mut scenarios: Vec<&str> = timelines.iter().map(|t| t.scenario.as_str()).collect();
+    scenarios.dedup();
+    let mut strategies: Vec<&str> = timelines.iter().map(|t| t.strategy.as_str()).collect();
+    strategies.dedup();
+    let ranks = timelines.iter().map(|t| t.ranks).max().unwrap_or(0);
+    format!(
+        "scenario {}: {} rank{} · {}",
+        scenarios.join(", "),
+        ranks,
+        if ranks == 1 { "" } else { "s" },
+        strategies.join(" vs ")
+    )
 }
 
 /// Draw the picture the request asks for.
@@ -208,16 +291,19 @@ pub fn run(req: &Request, format: ImageFormat) -> Result<Vec<u8>, Error> {
         Request::Timeline {
             inputs,
             ranks,
+            all_ranks,
+            window,
             title,
         } => {
             let ts = read_timelines(inputs)?;
             let refs: Vec<&Timeline> = ts.iter().collect();
-            gantt(
-                title.as_deref().unwrap_or("timeline"),
-                &refs,
-                ranks.clone(),
-                format,
-            )
+            let view = GanttView {
+                ranks: ranks.clone(),
+                all_ranks: *all_ranks,
+                window: window.clone(),
+            };
+            let title = title.clone().unwrap_or_else(|| timeline_title(&refs));
+            gantt(&title, &refs, &view, format)
         }
         Request::Sweep {
             sweep,

@@ -33,10 +33,18 @@ pub struct TimelineArgs {
     /// Output picture: .svg or .png.
     #[arg(short, long)]
     pub out: PathBuf,
-    /// Ranks to show, e.g. `0-3,7` (default: all).
+    /// Ranks to show, e.g. `0-3,7` (default: all, a rank whose timeline repeats an
+    /// already drawn rank's drawn once with a note).
     #[arg(long)]
     pub ranks: Option<String>,
-    /// Figure title.
+    /// Draw every rank, even those that repeat another.
+    #[arg(long)]
+    pub all_ranks: bool,
+    /// Zoom: START:END in µs (e.g. 0:5000), or the span of a layer, micro-batch and
+    /// pass range (e.g. layer=3-5, layer=0,mb=1,pass=bwd).
+    #[arg(long, value_name = "START:END|layer=A-B,mb=A-B")]
+    pub window: Option<String>,
+    /// Figure title (default: the scenario, ranks and strategies).
     #[arg(long)]
     pub title: Option<String>,
     /// Overwrite an existing picture.
@@ -108,6 +116,8 @@ pub fn run(a: Args) -> Result<(), CliError> {
                     .map(app::parse_ranks)
                     .transpose()
                     .map_err(from_app)?,
+                all_ranks: t.all_ranks,
+                window: t.window,
                 title: t.title,
             },
             t.out,
@@ -150,6 +160,7 @@ pub fn simulate_plot(
     force: bool,
 ) -> Result<(), CliError> {
     let format = app::format_of(path).map_err(from_app)?;
-    let bytes = app::gantt(title, timelines, None, format).map_err(from_app)?;
+    let bytes =
+        app::gantt(title, timelines, &app::GanttView::default(), format).map_err(from_app)?;
     write_atomic(path, &bytes, force).map_err(CliError::output)
 }

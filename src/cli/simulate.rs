@@ -103,7 +103,7 @@ pub struct Args {
     #[arg(long)]
     pub trace: Option<PathBuf>,
     /// Only the spans of the trace that overlap START:END (µs), e.g. 0:5000, or the ops
-    /// of a layer and micro-batch range, e.g. layer=3-5 or layer=0-1,mb=2.
+    /// of a layer, micro-batch and pass range, e.g. layer=3-5 or layer=0-1,mb=2,pass=bwd.
     #[arg(long, value_name = "START:END|layer=A-B,mb=A-B")]
     pub trace_window: Option<String>,
     /// Only these ranks' processes in the trace, e.g. 0-7,64.

@@ -2,7 +2,7 @@
 //! over every other swept field, or those fixed by filters), and a heatmap of the best
 //! strategy over two swept fields.
 
-use super::{Figure, PALETTE};
+use super::{Figure, axis_label, series_colour};
 use crate::sweep::{Row, SweepFile, grid};
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -282,14 +282,19 @@ pub fn lines_from_sweep(
         k => grid::short_key(&grid::canonical_key(k)).to_string(),
     };
     Ok(LineChart {
-        title: format!("{y} against {}, per {series}", label(x)),
+        title: format!(
+            "{}: {} against {}, per {series}",
+            f.grid.scenario,
+            axis_label(y),
+            label(x)
+        ),
         subtitle: best_over(
             f,
             &[grid::short_key(&grid::canonical_key(x)), series],
             filters,
         ),
-        x_label: label(x),
-        y_label: y.to_string(),
+        x_label: axis_label(&label(x).replace("chunk count", "chunks")),
+        y_label: axis_label(y),
         series: lines
             .into_iter()
             .map(|(name, points)| Series { name, points })
@@ -345,7 +350,15 @@ pub fn heatmap_from_sweep(
     if xs.is_empty() || ys.is_empty() {
         return Err(format!("no row has both `{x}` and `{y}`"));
     }
-    let mut best: Vec<Option<(f64, &Row)>> = vec![None; xs.len() * ys.len()];
+    let name_of = |r: &Row| {
+        if by == "family" {
+            family(&r.strategy).to_string()
+        } else {
+            r.strategy.clone()
+        }
+    };
+    // Per cell, the best value of each strategy (or family).
+    let mut per_cell: Vec<Vec<(String, f64)>> = vec![Vec::new(); xs.len() * ys.len()];
     for r in &rows {
         let (Some(xv), Some(yv), Some(Val::Num(m))) = (value(r, x), value(r, y), value(r, metric))
         else {
@@ -354,38 +367,61 @@ pub fn heatmap_from_sweep(
         let xi = xs.iter().position(|v| *v == xv.text());
         let yi = ys.iter().position(|v| *v == yv.text());
         if let (Some(xi), Some(yi)) = (xi, yi) {
-            let c = &mut best[yi * xs.len() + xi];
-            if c.is_none_or(|(b, _)| pick(high, m, b)) {
-                *c = Some((m, r));
+            let c = &mut per_cell[yi * xs.len() + xi];
+            let w = name_of(r);
+            match c.iter_mut().find(|(n, _)| *n == w) {
+                Some(e) if pick(high, m, e.1) => e.1 = m,
+                Some(_) => {}
+                None => c.push((w, m)),
             }
         }
     }
     let mut winners: BTreeSet<String> = BTreeSet::new();
     let mut cells = Vec::new();
-    for (i, c) in best.iter().enumerate() {
-        if let Some((m, r)) = c {
-            let w = if by == "family" {
-                family(&r.strategy).to_string()
-            } else {
-                r.strategy.clone()
-            };
-            winners.insert(w.clone());
-            let text = match metric.strip_suffix("_us") {
-                Some(_) => format!("{w}\n{m:.1} µs"),
-                None => format!("{w}\n{m:.3}"),
-            };
-            cells.push((i % xs.len(), i / xs.len(), w.clone(), text));
-        }
+    for (i, c) in per_cell.iter_mut().enumerate() {
+        // Best first (a stable sort keeps the first seen on a tie).
+        c.sort_by(|a, b| {
+            let o = a.1.total_cmp(&b.1);
+            if high { o.reverse() } else { o }
+        });
+        let Some((w, m)) = c.first().cloned() else {
+            continue;
+        };
+        winners.insert(w.clone());
+        let value = match metric.strip_suffix("_us") {
+            Some(_) => format!("{m:.1} µs"),
+            None => format!("{m:.3}"),
+        };
+        // The margin: how much better the winner is than the runner-up, in %.
+        let margin = match c.get(1) {
+            Some((r, v)) => {
+                let pct = if high { m / v - 1.0 } else { v / m - 1.0 } * 100.0;
+                if pct < 1.0 {
+                    format!("+{pct:.2}% vs {r}")
+                } else {
+                    format!("+{pct:.1}% vs {r}")
+                }
+            }
+            None => "no runner-up".to_string(),
+        };
+        cells.push((
+            i % xs.len(),
+            i / xs.len(),
+            w,
+            format!("{}\n{value}\n{margin}", c[0].0),
+        ));
     }
     let short = |k: &str| grid::short_key(&grid::canonical_key(k)).to_string();
     Ok(Heatmap {
         title: format!(
-            "best {by} by {metric} ({} is better)",
+            "{}: best {by} by {} ({} is better), margin over the runner-up",
+            f.grid.scenario,
+            axis_label(metric),
             if high { "higher" } else { "lower" }
         ),
         subtitle: best_over(f, &[&short(x), &short(y), "strategy"], filters),
-        x_label: short(x),
-        y_label: short(y),
+        x_label: axis_label(&short(x)),
+        y_label: axis_label(&short(y)),
         xs,
         ys,
         cells,
@@ -456,7 +492,7 @@ impl Figure for LineChart {
             .map_err(e)?;
         let pos = |x: f64| xs.iter().position(|v| *v == x).unwrap_or(0) as f64;
         for (i, s) in self.series.iter().enumerate() {
-            let c = PALETTE[i % PALETTE.len()];
+            let c = series_colour(&s.name, i);
             let pts: Vec<(f64, f64)> = s.points.iter().map(|(x, y)| (pos(*x), *y)).collect();
             chart
                 .draw_series(LineSeries::new(pts.clone(), c.stroke_width(3)))
@@ -465,8 +501,8 @@ impl Figure for LineChart {
                 .draw_series(pts.iter().map(|p| Circle::new(*p, 5, c.filled())))
                 .map_err(e)?;
         }
-        for (j, (_, y)) in self.references.iter().enumerate() {
-            let c = PALETTE[(self.series.len() + j) % PALETTE.len()];
+        for (j, (name, y)) in self.references.iter().enumerate() {
+            let c = series_colour(name, self.series.len() + j);
             let (x0, x1) = (-0.3, n as f64 - 0.7);
             // Dashes by hand: segments of a twentieth of the axis.
             let step = (x1 - x0) / 40.0;
@@ -477,13 +513,17 @@ impl Figure for LineChart {
             chart.draw_series(segs).map_err(e)?;
         }
         // The legend beside the plot, never over the data.
-        let names = self.series.iter().map(|s| (s.name.clone(), true)).chain(
-            self.references
-                .iter()
-                .map(|(n, _)| (format!("{n} (no chunk count)"), false)),
-        );
-        for (i, (name, solid)) in names.enumerate() {
-            let c = PALETTE[i % PALETTE.len()];
+        let names = self
+            .series
+            .iter()
+            .map(|s| (s.name.clone(), s.name.clone(), true))
+            .chain(
+                self.references
+                    .iter()
+                    .map(|(n, _)| (format!("{n} (no chunk count)"), n.clone(), false)),
+            );
+        for (i, (name, key, solid)) in names.enumerate() {
+            let c = series_colour(&key, i);
             let y = 30 + 26 * i as i32;
             let line: Vec<(i32, i32)> = if solid {
                 vec![(10, y), (40, y)]
@@ -514,8 +554,8 @@ impl Figure for LineChart {
 
 impl Figure for Heatmap {
     fn size(&self) -> (u32, u32) {
-        let w = (self.xs.len() as u32 * 130 + 260).max(900);
-        let h = self.ys.len() as u32 * 64 + 230;
+        let w = (self.xs.len() as u32 * 170 + 260).max(900);
+        let h = self.ys.len() as u32 * 84 + 230;
         (w, h)
     }
 
@@ -525,7 +565,7 @@ impl Figure for Heatmap {
         heading(root, &self.title, &self.subtitle)?;
         let colour = |w: &str| {
             let i = self.winners.iter().position(|x| x == w).unwrap_or(0);
-            PALETTE[i % PALETTE.len()]
+            series_colour(w, i)
         };
         let mut x = 20;
         for w in &self.winners {
@@ -570,15 +610,19 @@ impl Figure for Heatmap {
             }))
             .map_err(e)?;
         let cell_font = ("sans-serif", 13).into_font();
-        for (xi, yi, _, text) in &self.cells {
+        for (xi, yi, w, text) in &self.cells {
+            // Dark text on light cells (a lighter chunked:K), white on the rest.
+            let c = colour(w);
+            let lum = 0.299 * f64::from(c.0) + 0.587 * f64::from(c.1) + 0.114 * f64::from(c.2);
+            let ink = if lum > 170.0 { BLACK } else { WHITE };
             for (k, line) in text.lines().enumerate() {
                 let (px, py) = chart.backend_coord(&(*xi as f64 + 0.5, *yi as f64 + 0.5));
                 root.draw(&Text::new(
                     line.to_string(),
-                    (px, py - 8 + 16 * k as i32),
+                    (px, py - 16 + 16 * k as i32),
                     cell_font
                         .clone()
-                        .color(&WHITE)
+                        .color(&ink)
                         .pos(Pos::new(HPos::Center, VPos::Center)),
                 ))
                 .map_err(e)?;

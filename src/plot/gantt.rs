@@ -4,7 +4,7 @@
 //! outlines over a measured one.
 
 use super::{Figure, PALETTE, time_unit};
-use crate::plan::{OpClass, StreamKind};
+use crate::plan::{OpClass, Pass, StreamKind};
 use crate::timeline::metrics::rank_metrics;
 use crate::timeline::{Lane, Timeline};
 use plotters::coord::Shift;
@@ -25,6 +25,11 @@ pub struct Gantt<'a> {
     pub panels: Vec<Panel<'a>>,
     /// Ranks shown (all when `None`).
     pub ranks: Option<Vec<u32>>,
+    /// Draw a rank whose timeline repeats an already drawn rank's once, with a note
+    /// ("ranks 1–7 like rank 0"), instead of again.
+    pub fold: bool,
+    /// The time window drawn, in seconds (the whole run when `None`).
+    pub window: Option<(f64, f64)>,
 }
 
 /// What a bar is, for its colour and the legend.
@@ -78,18 +83,189 @@ impl Kind {
 const EXPOSED: RGBColor = RGBColor(214, 39, 40);
 const LANE_PX: u32 = 24;
 const STRIP: f64 = 0.45;
+const NOTE: f64 = 0.7;
+const BAND: f64 = 0.9;
 const LABEL_PX: u32 = 190;
 const WIDTH: u32 = 1500;
+/// Band colours: forward, backward, recomputed forward, each in two shades that
+/// neighbouring bands alternate.
+const BANDS: [[RGBColor; 2]; 3] = [
+    [RGBColor(198, 219, 239), RGBColor(158, 202, 225)],
+    [RGBColor(253, 208, 162), RGBColor(253, 174, 107)],
+    [RGBColor(217, 217, 217), RGBColor(189, 189, 189)],
+];
+
+/// What a row of a panel shows.
+#[derive(Debug, Clone, PartialEq)]
+enum Row {
+    /// A stream's ops (index into the timeline's streams).
+    Stream(u32),
+    /// A rank's exposed communication.
+    Exposed(u32),
+    /// Ranks drawn as another (text only).
+    Note,
+    /// Layer or site bands of a rank.
+    Bands(u32),
+}
 
 struct LaneRow {
     label: String,
     /// (y bottom, y top) in lane units, top lane highest.
     y0: f64,
     y1: f64,
-    stream: Option<u32>,
-    /// The exposed-communication strip of this rank.
-    exposed_of: Option<u32>,
+    row: Row,
     comm: bool,
+}
+
+/// `[1, 2, 3, 5]` → `1–3, 5`.
+fn rank_ranges(v: &[u32]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < v.len() {
+        let mut j = i;
+        while j + 1 < v.len() && v[j + 1] == v[j] + 1 {
+            j += 1;
+        }
+        out.push(if j > i {
+            format!("{}–{}", v[i], v[j])
+        } else {
+            v[i].to_string()
+        });
+        i = j + 1;
+    }
+    out.join(", ")
+}
+
+/// Each rank's spans as (stream within the rank, kind, start ns, end ns): equal for two
+/// ranks that run the same program at the same times.
+fn signature(t: &Timeline, r: u32) -> Vec<(u32, OpClass, u64, u64)> {
+    let first = t.streams.iter().position(|s| s.rank == r).unwrap_or(0) as u32;
+    let mut v: Vec<_> = t
+        .spans
+        .iter()
+        .filter_map(|s| match s.lane {
+            Lane::Stream(i) if t.streams[i as usize].rank == r => Some((
+                i.saturating_sub(first),
+                s.class,
+                (s.start * 1e9).round() as u64,
+                (s.end * 1e9).round() as u64,
+            )),
+            _ => None,
+        })
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+/// A span's site: its label without the slice and the op class (`fwd.qkv.gemm[s0]` →
+/// `fwd.qkv`).
+fn site_of(label: &str) -> &str {
+    let l = label.split('[').next().unwrap_or(label);
+    l.rsplit_once('.').map_or(l, |(a, _)| a)
+}
+
+/// A band: (start s, end s, label, pass colour, shade).
+type Band = (f64, f64, String, usize, usize);
+
+fn pass_colour(p: Pass) -> usize {
+    match p {
+        Pass::Forward => 0,
+        Pass::Backward => 1,
+        Pass::Recompute => 2,
+    }
+}
+
+/// Whether the timeline covers more than one layer (a step): bands are then layers.
+fn multi_layer(t: &Timeline) -> bool {
+    let mut it = t.scopes.iter().filter_map(|(_, s)| s.layer);
+    it.next().is_some_and(|a| it.any(|b| b != a))
+}
+
+/// Bands of rank `r` on its compute streams: per layer pass in a step (coloured by
+/// pass, labelled with the layer) and the runs of one micro-batch's pass (`F3`: the
+/// forward of micro-batch 3), else per site (coloured by pass).
+fn bands(t: &Timeline, r: u32) -> (String, Vec<Band>, Vec<Band>) {
+    let mut spans: Vec<&crate::timeline::Span> = t
+        .spans
+        .iter()
+        .filter(|s| match s.lane {
+            Lane::Stream(i) => {
+                let st = &t.streams[i as usize];
+                st.rank == r && st.kind == crate::plan::StreamKind::Compute
+            }
+            Lane::Link(_) => false,
+        })
+        .collect();
+    spans.sort_by(|a, b| a.start.total_cmp(&b.start));
+    let mut out: Vec<Band> = Vec::new();
+    let mut runs: Vec<Band> = Vec::new();
+    let push = |v: &mut Vec<Band>, s: &crate::timeline::Span, label: String, c: usize| match v
+        .last_mut()
+    {
+        Some(b) if b.2 == label && b.3 == c => b.1 = b.1.max(s.end),
+        _ => {
+            let shade = v.last().map_or(0, |b| 1 - b.4);
+            v.push((s.start, s.end, label, c, shade));
+        }
+    };
+    if multi_layer(t) {
+        for s in &spans {
+            let Some(sc) = t.scope(s) else { continue };
+            let c = pass_colour(sc.pass);
+            if let Some(layer) = sc.layer {
+                push(&mut out, s, format!("L{layer}"), c);
+            }
+            let p = match sc.pass {
+                Pass::Forward => "F",
+                Pass::Backward => "B",
+                Pass::Recompute => "R",
+            };
+            push(&mut runs, s, format!("{p}{}", sc.micro_batch), c);
+        }
+        return (format!("rank {r} layers"), out, runs);
+    }
+    for s in &spans {
+        let label = t.label(s);
+        let site = site_of(&label).to_string();
+        let c = t.scope(s).map_or(0, |sc| pass_colour(sc.pass));
+        push(&mut out, s, site, c);
+    }
+    (format!("rank {r} sites"), out, runs)
+}
+
+/// Where each pass starts on rank `r`'s compute streams, for a layer's markers: the
+/// first backward op (and the first recomputed forward), where the timeline holds one
+/// layer's passes.
+fn pass_starts(t: &Timeline, r: u32) -> Vec<(f64, &'static str)> {
+    let mut first: std::collections::BTreeMap<Pass, f64> = Default::default();
+    let mut layers = std::collections::BTreeSet::new();
+    for s in &t.spans {
+        let Lane::Stream(i) = s.lane else { continue };
+        if t.streams[i as usize].rank != r {
+            continue;
+        }
+        if let Some(sc) = t.scope(s) {
+            layers.insert(sc.layer);
+            let e = first.entry(sc.pass).or_insert(f64::INFINITY);
+            *e = e.min(s.start);
+        }
+    }
+    if layers.len() > 2 {
+        return Vec::new();
+    }
+    first
+        .into_iter()
+        .filter(|(p, _)| *p != Pass::Forward)
+        .map(|(p, t)| (t, p.name()))
+        .collect()
+}
+
+/// A panel's rows, top to bottom, and its height in lane units.
+struct Layout {
+    rows: Vec<LaneRow>,
+    height: f64,
+    /// The rank whose bands and pass markers are drawn.
+    band_rank: Option<u32>,
 }
 
 impl Gantt<'_> {
@@ -97,12 +273,52 @@ impl Gantt<'_> {
         r < t.ranks && self.ranks.as_ref().is_none_or(|rs| rs.contains(&r))
     }
 
-    fn lanes(&self, t: &Timeline) -> Vec<LaneRow> {
+    /// The ranks drawn, each with the ranks folded into it.
+    fn groups(&self, t: &Timeline) -> Vec<(u32, Vec<u32>)> {
+        let mut out: Vec<(u32, Vec<u32>)> = Vec::new();
+        let mut seen: HashMap<Vec<(u32, OpClass, u64, u64)>, usize> = HashMap::new();
+        for r in (0..t.ranks).filter(|&r| self.shown(t, r)) {
+            if self.fold {
+                let sig = signature(t, r);
+                if let Some(&g) = seen.get(&sig) {
+                    out[g].1.push(r);
+                    continue;
+                }
+                seen.insert(sig, out.len());
+            }
+            out.push((r, Vec::new()));
+        }
+        out
+    }
+
+    fn layout(&self, t: &Timeline) -> Layout {
         let mut rows = Vec::new();
         let mut y = 0.0;
-        for r in 0..t.ranks {
-            if !self.shown(t, r) {
-                continue;
+        let groups = self.groups(t);
+        let band_rank = groups.first().map(|g| g.0);
+        let every = multi_layer(t);
+        for (r, like) in groups {
+            // In a step every rank drawn gets its layer bands (stages differ); else the
+            // first rank its site bands.
+            let want = if every {
+                true
+            } else {
+                Some(r) == band_rank && !t.spans.is_empty()
+            };
+            if want {
+                let label = if every {
+                    format!("rank {r} layers")
+                } else {
+                    format!("rank {r} sites")
+                };
+                rows.push(LaneRow {
+                    label,
+                    y0: y,
+                    y1: y + BAND,
+                    row: Row::Bands(r),
+                    comm: false,
+                });
+                y += BAND;
             }
             for (i, s) in t.streams.iter().enumerate() {
                 if s.rank != r {
@@ -112,8 +328,7 @@ impl Gantt<'_> {
                     label: format!("rank {r} {}", s.name),
                     y0: y,
                     y1: y + 1.0,
-                    stream: Some(i as u32),
-                    exposed_of: None,
+                    row: Row::Stream(i as u32),
                     comm: s.kind == StreamKind::Comm,
                 });
                 y += 1.0;
@@ -122,24 +337,34 @@ impl Gantt<'_> {
                 label: format!("rank {r} exposed comm"),
                 y0: y,
                 y1: y + STRIP,
-                stream: None,
-                exposed_of: Some(r),
+                row: Row::Exposed(r),
                 comm: false,
             });
-            y += STRIP + 0.25;
+            y += STRIP;
+            if !like.is_empty() {
+                let (n, s) = (like.len(), if like.len() > 1 { "s" } else { "" });
+                rows.push(LaneRow {
+                    label: format!("+ {n} rank{s} ({}) like rank {r}", rank_ranges(&like)),
+                    y0: y,
+                    y1: y + NOTE,
+                    row: Row::Note,
+                    comm: false,
+                });
+                y += NOTE;
+            }
+            y += 0.25;
         }
         // Top lane highest: flip.
-        let h = y;
         for l in &mut rows {
-            let (a, b) = (h - l.y1, h - l.y0);
+            let (a, b) = (y - l.y1, y - l.y0);
             l.y0 = a;
             l.y1 = b;
         }
-        rows
-    }
-
-    fn height_units(&self, t: &Timeline) -> f64 {
-        self.lanes(t).iter().map(|l| l.y1).fold(0.0, f64::max)
+        Layout {
+            rows,
+            height: y,
+            band_rank,
+        }
     }
 
     fn end_us(t: &Timeline) -> f64 {
@@ -147,7 +372,7 @@ impl Gantt<'_> {
     }
 
     fn panel_px(&self, p: &Panel) -> u32 {
-        (self.height_units(p.main) * LANE_PX as f64).ceil() as u32 + 90
+        (self.layout(p.main).height * LANE_PX as f64).ceil() as u32 + 90
     }
 
     fn kinds(&self) -> Vec<Kind> {
@@ -189,6 +414,11 @@ impl Figure for Gantt<'_> {
             .map(|k| (k.name().to_string(), k.colour().filled()))
             .collect();
         entries.push(("exposed communication".into(), EXPOSED.filled()));
+        let scoped = self.panels.iter().any(|p| !p.main.scopes.is_empty());
+        if scoped {
+            entries.push(("forward".into(), BANDS[0][0].filled()));
+            entries.push(("backward".into(), BANDS[1][0].filled()));
+        }
         if overlaid {
             entries.push(("predicted (outline)".into(), BLACK.stroke_width(2)));
         }
@@ -210,7 +440,12 @@ impl Figure for Gantt<'_> {
             .map(Self::end_us)
             .fold(0.0, f64::max)
             .max(1e-3);
-        let (div, unit) = time_unit(max_us);
+        let (w0, w1) = match self.window {
+            Some((a, b)) => (a * 1e6, b * 1e6),
+            None => (0.0, max_us),
+        };
+        let (div, unit) = time_unit(w1 - w0);
+        let (x0, x1) = (w0 / div, w1 / div);
         let body = root.margin(90, 10, 10, 20);
         let breaks: Vec<u32> = self
             .panels
@@ -222,14 +457,15 @@ impl Figure for Gantt<'_> {
             .collect();
         let areas = body.split_by_breakpoints::<u32, u32, _, _>([], &breaks[..breaks.len() - 1]);
         for (p, area) in self.panels.iter().zip(areas) {
-            let lanes = self.lanes(p.main);
-            let h = lanes.iter().map(|l| l.y1).fold(0.0, f64::max).max(1.0);
+            let layout = self.layout(p.main);
+            let lanes = &layout.rows;
+            let h = layout.height.max(1.0);
             let mut chart = ChartBuilder::on(&area)
                 .caption(p.title.clone(), ("sans-serif", 17).into_font())
                 .margin_right(20)
                 .x_label_area_size(42)
                 .y_label_area_size(LABEL_PX)
-                .build_cartesian_2d(0.0..max_us / div, 0.0..h)
+                .build_cartesian_2d(x0..x1, 0.0..h)
                 .map_err(e)?;
             chart
                 .configure_mesh()
@@ -240,25 +476,124 @@ impl Figure for Gantt<'_> {
                 .axis_desc_style(font.clone())
                 .draw()
                 .map_err(e)?;
-            for l in &lanes {
-                let (px, py) = chart.backend_coord(&(0.0, (l.y0 + l.y1) / 2.0));
-                let style = if l.exposed_of.is_some() {
-                    ("sans-serif", 12).into_font().color(&EXPOSED)
-                } else {
-                    font.clone().color(&BLACK)
+            for l in lanes {
+                let (px, py) = chart.backend_coord(&(x0, (l.y0 + l.y1) / 2.0));
+                let style = match l.row {
+                    Row::Exposed(_) => ("sans-serif", 12).into_font().color(&EXPOSED),
+                    Row::Note | Row::Bands(_) => ("sans-serif", 12).into_font().color(&BLACK),
+                    _ => font.clone().color(&BLACK),
                 };
-                root.draw(&Text::new(
-                    l.label.clone(),
-                    (px - 8, py),
-                    style.pos(Pos::new(HPos::Right, VPos::Center)),
-                ))
-                .map_err(e)?;
+                let (tx, pos) = match l.row {
+                    // The note reads left to right from the plot's edge.
+                    Row::Note => (px + 4, Pos::new(HPos::Left, VPos::Center)),
+                    _ => (px - 8, Pos::new(HPos::Right, VPos::Center)),
+                };
+                root.draw(&Text::new(l.label.clone(), (tx, py), style.pos(pos)))
+                    .map_err(e)?;
+            }
+            let px_per_unit = {
+                let (a, _) = chart.backend_coord(&(x0, 0.0));
+                let (b, _) = chart.backend_coord(&(x1, 0.0));
+                (b - a) as f64 / (x1 - x0)
+            };
+            let clip = |a: f64, b: f64| -> Option<(f64, f64)> {
+                let (a, b) = (a.max(x0), b.min(x1));
+                (b >= a).then_some((a, b))
+            };
+            // Bands, labelled where wide enough: layers (or sites), and in a step the
+            // runs of one micro-batch's pass where a layer's label does not fit.
+            let small = ("sans-serif", 11).into_font();
+            for l in lanes {
+                let Row::Bands(r) = l.row else { continue };
+                let (_, bs, runs) = bands(p.main, r);
+                let fits = |a: f64, b: f64, label: &str| -> Result<bool, String> {
+                    let (tw, _) = root
+                        .estimate_text_size(label, &small.clone().into_text_style(root))
+                        .map_err(e)?;
+                    Ok((b - a) * px_per_unit > tw as f64 + 6.0)
+                };
+                // Layer labels where any visible layer's fits, else the runs'.
+                let mut layer_labels = false;
+                for (a, b, label, ..) in &bs {
+                    if let Some((a, b)) = clip(a * 1e6 / div, b * 1e6 / div)
+                        && fits(a, b, label)?
+                    {
+                        layer_labels = true;
+                        break;
+                    }
+                }
+                let mut texts = Vec::new();
+                for (a, b, label, c, shade) in &bs {
+                    let Some((a, b)) = clip(a * 1e6 / div, b * 1e6 / div) else {
+                        continue;
+                    };
+                    chart
+                        .draw_series(std::iter::once(Rectangle::new(
+                            [(a, l.y0 + 0.08), (b, l.y1 - 0.08)],
+                            BANDS[*c][*shade].filled(),
+                        )))
+                        .map_err(e)?;
+                    if (runs.is_empty() || layer_labels) && fits(a, b, label)? {
+                        texts.push(((a + b) / 2.0, label.clone()));
+                    }
+                }
+                if !layer_labels {
+                    for (a, b, label, ..) in &runs {
+                        if let Some((a, b)) = clip(a * 1e6 / div, b * 1e6 / div)
+                            && fits(a, b, label)?
+                        {
+                            texts.push(((a + b) / 2.0, label.clone()));
+                        }
+                    }
+                }
+                for (x, label) in texts {
+                    let (cx, cy) = chart.backend_coord(&(x, (l.y0 + l.y1) / 2.0));
+                    root.draw(&Text::new(
+                        label,
+                        (cx, cy),
+                        small
+                            .clone()
+                            .color(&BLACK)
+                            .pos(Pos::new(HPos::Center, VPos::Center)),
+                    ))
+                    .map_err(e)?;
+                }
+            }
+            // Where a layer's backward (and recomputed forward) starts: a line across
+            // the panel.
+            if let Some(r) = layout.band_rank {
+                for (t, name) in pass_starts(p.main, r) {
+                    let tx = t * 1e6 / div;
+                    if tx < x0 || tx > x1 {
+                        continue;
+                    }
+                    chart
+                        .draw_series(std::iter::once(PathElement::new(
+                            vec![(tx, 0.0), (tx, h)],
+                            BLACK.stroke_width(2),
+                        )))
+                        .map_err(e)?;
+                    let (cx, cy) = chart.backend_coord(&(tx, h));
+                    root.draw(&Text::new(
+                        format!("{name} →"),
+                        (cx + 4, cy + 2),
+                        ("sans-serif", 12)
+                            .into_font()
+                            .style(FontStyle::Bold)
+                            .color(&BLACK)
+                            .pos(Pos::new(HPos::Left, VPos::Top)),
+                    ))
+                    .map_err(e)?;
+                }
             }
             let by_stream: HashMap<u32, &LaneRow> = lanes
                 .iter()
-                .filter_map(|l| l.stream.map(|s| (s, l)))
+                .filter_map(|l| match l.row {
+                    Row::Stream(s) => Some((s, l)),
+                    _ => None,
+                })
                 .collect();
-            let main_bars = bars(p.main, &by_stream, div);
+            let main_bars = coalesce(bars(p.main, &by_stream, div), 1.0 / px_per_unit, (x0, x1));
             chart
                 .draw_series(main_bars.iter().map(|(x0, x1, y0, y1, k)| {
                     Rectangle::new([(*x0, *y0), (*x1, *y1)], k.colour().filled())
@@ -266,11 +601,6 @@ impl Figure for Gantt<'_> {
                 .map_err(e)?;
             // A white edge between abutting ops where a bar is wide enough to keep its
             // colour visible.
-            let px_per_unit = {
-                let (a, _) = chart.backend_coord(&(0.0, 0.0));
-                let (b, _) = chart.backend_coord(&(max_us / div, 0.0));
-                (b - a) as f64 / (max_us / div)
-            };
             chart
                 .draw_series(
                     main_bars
@@ -282,25 +612,36 @@ impl Figure for Gantt<'_> {
                 )
                 .map_err(e)?;
             let metrics = rank_metrics(p.main);
-            let strips = lanes.iter().filter_map(|l| l.exposed_of.map(|r| (r, l)));
-            for (r, l) in strips {
-                let iv = metrics[r as usize].exposed.as_slice();
-                chart
-                    .draw_series(iv.iter().map(|(a, b)| {
-                        Rectangle::new(
-                            [(a * 1e6 / div, l.y0 + 0.05), (b * 1e6 / div, l.y1 - 0.05)],
-                            EXPOSED.filled(),
+            for l in lanes {
+                let Row::Exposed(r) = l.row else { continue };
+                let iv: Vec<(f64, f64, f64, f64, Kind)> = metrics[r as usize]
+                    .exposed
+                    .as_slice()
+                    .iter()
+                    .map(|(a, b)| {
+                        (
+                            a * 1e6 / div,
+                            b * 1e6 / div,
+                            l.y0 + 0.05,
+                            l.y1 - 0.05,
+                            Kind::Send,
                         )
+                    })
+                    .collect();
+                let iv = coalesce(iv, 1.0 / px_per_unit, (x0, x1));
+                chart
+                    .draw_series(iv.iter().map(|(a, b, y0, y1, _)| {
+                        Rectangle::new([(*a, *y0), (*b, *y1)], EXPOSED.filled())
                     }))
                     .map_err(e)?;
             }
             if let Some(o) = p.overlay {
-                let by_stream: HashMap<u32, &LaneRow> = lanes
+                let by_stream: HashMap<u32, &LaneRow> = by_stream
                     .iter()
-                    .filter_map(|l| l.stream.map(|s| (s, l)))
-                    .filter(|(s, _)| (*s as usize) < o.streams.len())
+                    .filter(|(s, _)| (**s as usize) < o.streams.len())
+                    .map(|(s, l)| (*s, *l))
                     .collect();
-                let outline = bars(o, &by_stream, div);
+                let outline = coalesce(bars(o, &by_stream, div), 1.0 / px_per_unit, (x0, x1));
                 chart
                     .draw_series(outline.iter().map(|(x0, x1, y0, y1, _)| {
                         Rectangle::new([(*x0, *y0), (*x1, *y1)], BLACK.stroke_width(1))
@@ -312,10 +653,45 @@ impl Figure for Gantt<'_> {
     }
 }
 
+type Bar = (f64, f64, f64, f64, Kind);
+
+/// Bars clipped to `(lo, hi)`, and on each row the bars of one kind that lie within
+/// `px` (one pixel, in chart units) of each other merged into one: a step's thousands
+/// of ops per lane become at most a bar per pixel, which keeps an SVG small.
+fn coalesce(mut v: Vec<Bar>, px: f64, (lo, hi): (f64, f64)) -> Vec<Bar> {
+    v.retain(|b| b.1 >= lo && b.0 <= hi);
+    for b in &mut v {
+        b.0 = b.0.max(lo);
+        b.1 = b.1.min(hi);
+    }
+    v.sort_by(|a, b| {
+        a.2.total_cmp(&b.2)
+            .then(a.3.total_cmp(&b.3))
+            .then(a.4.cmp(&b.4))
+            .then(a.0.total_cmp(&b.0))
+    });
+    let mut out: Vec<Bar> = Vec::with_capacity(v.len());
+    for b in v {
+        match out.last_mut() {
+            Some(l)
+                if l.2 == b.2
+                    && l.3 == b.3
+                    && l.4 == b.4
+                    && b.0 - l.1 < px
+                    && (l.1 - l.0 < px || b.1 - b.0 < px) =>
+            {
+                l.1 = l.1.max(b.1)
+            }
+            _ => out.push(b),
+        }
+    }
+    out
+}
+
 /// Bars of a timeline's stream spans: (x0, x1, y0, y1, kind) in chart units. A comm lane
 /// shows sends in its upper half and receives in its lower half; a send's part before its
 /// first link moves bytes is a wait.
-fn bars(t: &Timeline, lanes: &HashMap<u32, &LaneRow>, div: f64) -> Vec<(f64, f64, f64, f64, Kind)> {
+fn bars(t: &Timeline, lanes: &HashMap<u32, &LaneRow>, div: f64) -> Vec<Bar> {
     let mut moving: HashMap<u32, f64> = HashMap::new();
     for s in &t.spans {
         if let Lane::Link(_) = s.lane {
@@ -344,4 +720,46 @@ fn bars(t: &Timeline, lanes: &HashMap<u32, &LaneRow>, div: f64) -> Vec<(f64, f64
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rank_lists_read_as_ranges() {
+        assert_eq!(rank_ranges(&[1, 2, 3, 5, 7, 8]), "1–3, 5, 7–8");
+        assert_eq!(rank_ranges(&[4]), "4");
+    }
+
+    #[test]
+    fn sites_drop_the_class_and_slice() {
+        assert_eq!(site_of("fwd.qkv.gemm[s0]"), "fwd.qkv");
+        assert_eq!(site_of("bwd.fc1.dgrad.send[s1]→3"), "bwd.fc1.dgrad");
+        assert_eq!(site_of("fc1.gemm[s2]"), "fc1");
+    }
+
+    #[test]
+    fn coalescing_merges_sub_pixel_bars_of_a_row_and_kind() {
+        let k = Kind::Gemm;
+        let v = vec![
+            (0.0, 0.1, 0.0, 1.0, k),
+            (0.15, 0.2, 0.0, 1.0, k),
+            (0.3, 5.0, 0.0, 1.0, k),
+            // Another row, another kind: kept apart.
+            (0.0, 0.1, 1.0, 2.0, k),
+            (0.0, 0.1, 0.0, 1.0, Kind::Add),
+            // Two wide bars that abut stay two (their edge is drawn).
+            (6.0, 8.0, 0.0, 1.0, k),
+            (8.0, 10.0, 0.0, 1.0, k),
+        ];
+        let out = coalesce(v, 1.0, (0.0, 9.0));
+        let row0: Vec<(f64, f64)> = out
+            .iter()
+            .filter(|b| b.2 == 0.0 && b.4 == k)
+            .map(|b| (b.0, b.1))
+            .collect();
+        assert_eq!(row0, [(0.0, 5.0), (6.0, 8.0), (8.0, 9.0)]);
+        assert_eq!(out.len(), 5);
+    }
 }

@@ -131,6 +131,75 @@ pub(crate) const PALETTE: [RGBColor; 10] = [
     RGBColor(214, 39, 40),
 ];
 
+/// One fixed colour per strategy family, the same in every chart: `flash` blue,
+/// `chunked` orange, `sequential` grey, and so on. Variants of a family (`chunked:4`,
+/// `chunked:8`) share its hue, lighter as K grows. `None` for a name that is no
+/// strategy (a series of another field).
+pub fn strategy_colour(name: &str) -> Option<RGBColor> {
+    let (family, k) = match name.split_once(':') {
+        Some((f, k)) => (f, k.parse::<u32>().ok()),
+        None => (name, None),
+    };
+    let base = match family {
+        "flash" => RGBColor(31, 119, 180),
+        "chunked" => RGBColor(255, 127, 14),
+        "sequential" => RGBColor(100, 100, 100),
+        "direct" => RGBColor(44, 160, 44),
+        "permute-loop" => RGBColor(148, 103, 189),
+        "permute-loop-bidir" => RGBColor(140, 86, 75),
+        "query-split" => RGBColor(227, 119, 194),
+        "bulk" => RGBColor(188, 189, 34),
+        "flash-a2a" => RGBColor(23, 190, 207),
+        _ => return None,
+    };
+    // K = 2 is the family's colour; each doubling mixes in a sixth more white, at most
+    // half.
+    let light = k.map_or(0.0, |k| {
+        (f64::from(k.max(2)).log2() - 1.0).clamp(0.0, 3.0) / 6.0
+    });
+    let mix = |c: u8| (f64::from(c) + (255.0 - f64::from(c)) * light).round() as u8;
+    Some(RGBColor(mix(base.0), mix(base.1), mix(base.2)))
+}
+
+/// The colour of series `i` named `name`: its strategy's, else the palette's.
+pub(crate) fn series_colour(name: &str, i: usize) -> RGBColor {
+    strategy_colour(name).unwrap_or(PALETTE[i % PALETTE.len()])
+}
+
+/// An axis label with the quantity's name and unit, for a metric or a field.
+pub fn axis_label(name: &str) -> String {
+    let known = match name {
+        "makespan_us" => "makespan (µs)",
+        "compute_us" => "compute time of the critical rank (µs)",
+        "comm_us" => "communication time of the critical rank (µs)",
+        "exposed_comm_us" => "exposed communication (µs)",
+        "max_exposed_comm_us" => "largest exposed communication of a rank (µs)",
+        "overlap_efficiency_ratio" => "overlap efficiency (share of communication hidden)",
+        "mfu_ratio" => "MFU (model FLOPs / peak)",
+        "speedup_vs_sequential_x" => "speedup over sequential (×)",
+        "events" => "simulation events",
+        "tokens_per_s" => "throughput (tokens/s)",
+        "bubble_ratio" => "pipeline bubble (share of the step)",
+        "tp" => "tensor-parallel degree (tp)",
+        "dp" => "data-parallel degree (dp)",
+        "pp" => "pipeline stages (pp)",
+        "ulysses" => "Ulysses degree",
+        "seq" => "sequence length (tokens)",
+        "batch" => "batch (sequences)",
+        "tokens" => "tokens per step",
+        "gpus" => "GPUs",
+        "ranks" => "ranks",
+        "chunks" => "chunk count K of chunked:K",
+        "micro_batches" => "micro-batches per step",
+        "global_batch" => "global batch (sequences)",
+        "memory_gib" => "memory per GPU (GiB)",
+        "hidden" => "hidden size",
+        "ffn" => "FFN width",
+        _ => return name.to_string(),
+    };
+    known.to_string()
+}
+
 /// A time axis unit fitting `max_us`: (divisor from µs, unit name).
 pub(crate) fn time_unit(max_us: f64) -> (f64, &'static str) {
     if max_us >= 20_000.0 {

@@ -180,15 +180,19 @@ fn sort_index(name: &'static str, pid: u32, tid: Option<u32>, index: u32) -> Eve
 pub struct ScopeRange {
     pub layers: Option<(u32, u32)>,
     pub micro_batches: Option<(u32, u32)>,
+    /// Only this pass.
+    pub pass: Option<crate::plan::Pass>,
 }
 
 impl ScopeRange {
-    fn keeps(&self, s: Option<Scope>) -> bool {
+    /// Whether an op of scope `s` is kept.
+    pub fn keeps(&self, s: Option<Scope>) -> bool {
         let within = |r: Option<(u32, u32)>, v: Option<u32>| {
             r.is_none_or(|(a, b)| v.is_some_and(|v| a <= v && v <= b))
         };
         within(self.layers, s.and_then(|s| s.layer))
             && within(self.micro_batches, s.map(|s| s.micro_batch))
+            && self.pass.is_none_or(|p| s.is_some_and(|s| s.pass == p))
     }
 }
 
@@ -204,12 +208,13 @@ pub struct TraceFilter {
 }
 
 /// `--trace-window`: `START:END` in µs, or a layer and micro-batch range such as
-/// `layer=3-5`, `mb=0`, `layer=0-1,mb=2`.
+/// `layer=3-5`, `mb=0`, `layer=0-1,mb=2`, optionally one pass (`pass=fwd`, `bwd` or
+/// `recompute`).
 pub fn parse_window(w: &str) -> Result<TraceFilter, String> {
     let bad = || {
         format!(
             "`{w}`: expected START:END in µs with 0 ≤ START < END (e.g. 0:5000), or \
-             layer=A[-B] and/or mb=A[-B] (e.g. layer=3-5,mb=0)"
+             layer=A[-B], mb=A[-B] and/or pass=fwd|bwd|recompute (e.g. layer=3-5,mb=0)"
         )
     };
     if let Some((x, y)) = w.split_once(':') {
@@ -228,6 +233,13 @@ pub fn parse_window(w: &str) -> Result<TraceFilter, String> {
     let mut r = ScopeRange::default();
     for part in w.split(',') {
         let (k, v) = part.split_once('=').ok_or_else(bad)?;
+        if k.trim() == "pass" {
+            let p = crate::plan::Pass::parse(v.trim()).ok_or_else(bad)?;
+            if r.pass.replace(p).is_some() {
+                return Err(format!("`{w}`: `pass` is given twice"));
+            }
+            continue;
+        }
         let (a, b) = v.split_once('-').unwrap_or((v, v));
         let (a, b): (u32, u32) = (
             a.trim().parse().map_err(|_| bad())?,
@@ -739,6 +751,7 @@ mod tests {
             Some(ScopeRange {
                 layers: Some((3, 5)),
                 micro_batches: Some((0, 0)),
+                pass: None,
             })
         );
         assert_eq!(
@@ -769,15 +782,29 @@ mod tests {
         };
         let r = ScopeRange {
             layers: Some((3, 5)),
-            micro_batches: None,
+            ..ScopeRange::default()
         };
         assert!(r.keeps(s(Some(3), 7)) && r.keeps(s(Some(5), 0)));
         assert!(!r.keeps(s(Some(6), 0)) && !r.keeps(s(None, 0)) && !r.keeps(None));
         let m = ScopeRange {
-            layers: None,
             micro_batches: Some((1, 1)),
+            ..ScopeRange::default()
         };
         assert!(m.keeps(s(None, 1)) && !m.keeps(s(Some(0), 0)));
+        let b = ScopeRange {
+            pass: Some(crate::plan::Pass::Backward),
+            ..ScopeRange::default()
+        };
+        assert!(!b.keeps(s(Some(0), 0)) && !b.keeps(None));
+        assert_eq!(
+            parse_window("pass=bwd,layer=2")
+                .unwrap()
+                .scope
+                .unwrap()
+                .pass,
+            Some(crate::plan::Pass::Backward)
+        );
+        assert!(parse_window("pass=sideways").is_err());
     }
 
     #[test]

@@ -43,11 +43,13 @@ fn simulate_plot_draws_every_lane_legend_and_axis_in_svg() {
         .assert()
         .success();
     let t = svg_texts(&p);
-    for r in 0..4 {
-        has(&t, &format!("rank {r} compute"));
-        has(&t, &format!("rank {r} comm"));
-        has(&t, &format!("rank {r} exposed comm"));
-    }
+    // The default scenario's 4 ranks run the same program at the same times: rank 0 is
+    // drawn, the others are a note.
+    has(&t, "rank 0 compute");
+    has(&t, "rank 0 comm");
+    has(&t, "rank 0 exposed comm");
+    has(&t, "+ 3 ranks (1–3) like rank 0");
+    assert!(!t.iter().any(|x| x.contains("rank 1 compute")), "{t:?}");
     for legend in [
         "GEMM",
         "activation",
@@ -139,7 +141,7 @@ fn sweep_charts_and_heatmap() {
     let t = svg_texts(&chunks);
     for want in [
         "chunk count",
-        "makespan_us",
+        "makespan (µs)",
         "chunked",
         "flash (no chunk count)",
         "tp=4",
@@ -164,7 +166,9 @@ fn sweep_charts_and_heatmap() {
         .assert()
         .success();
     let t = svg_texts(&heat);
-    has(&t, "best family by makespan_us");
+    has(&t, "best family by makespan (µs)");
+    // Each cell names the margin over the runner-up.
+    has(&t, "% vs ");
     has(&t, "µs");
     has(&t, "2k");
 }
@@ -273,4 +277,138 @@ fn unknown_chart_fields_are_named() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains(says), "{args:?}: {err}");
     }
+}
+
+/// `plot timeline`: every rank with `--all-ranks`; a step's layer bands per rank drawn
+/// and `--window layer=…` zooms on those layers; the time axis follows the window.
+#[test]
+fn timeline_folds_ranks_bands_layers_and_zooms() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("st");
+    bin()
+        .args([
+            "simulate",
+            "--workload",
+            "step",
+            "--model",
+            "llama-3-8b",
+            "--tp",
+            "2",
+            "--pp",
+            "2",
+            "--micro-batches",
+            "2",
+            "--seq",
+            "2k",
+            "--batch",
+            "1",
+            "--hardware",
+            "h100-sxm-8",
+            "--strategy",
+            "flash,sequential",
+            "--out",
+        ])
+        .arg(&out)
+        .assert()
+        .success();
+    let all = d.path().join("all.svg");
+    bin()
+        .args(["plot", "timeline"])
+        .arg(&out)
+        .arg("--all-ranks")
+        .arg("-o")
+        .arg(&all)
+        .assert()
+        .success();
+    let t = svg_texts(&all);
+    for r in 0..4 {
+        has(&t, &format!("rank {r} compute"));
+        has(&t, &format!("rank {r} layers"));
+    }
+    has(&t, "scenario default: 4 ranks · flash vs sequential");
+    has(&t, "forward");
+    has(&t, "backward");
+    // Panels in the order the strategies were given, not by file name.
+    let flash = t
+        .iter()
+        .position(|x| x.contains("flash predicted"))
+        .unwrap();
+    let seq = t
+        .iter()
+        .position(|x| x.contains("sequential predicted"))
+        .unwrap();
+    assert!(flash < seq);
+    // Folded: stages differ, tensor-parallel peers repeat them.
+    let folded = d.path().join("fold.svg");
+    bin()
+        .args(["plot", "timeline"])
+        .arg(&out)
+        .arg("-o")
+        .arg(&folded)
+        .assert()
+        .success();
+    let t = svg_texts(&folded);
+    has(&t, "+ 1 rank (1) like rank 0");
+    has(&t, "+ 1 rank (3) like rank 2");
+    // Micro-batch runs are labelled where a layer's label does not fit.
+    has(&t, "F0");
+    has(&t, "B1");
+    // Zoomed on two layers of one micro-batch: layer labels fit, the axis is in µs.
+    let zoom = d.path().join("zoom.svg");
+    bin()
+        .args(["plot", "timeline"])
+        .arg(&out)
+        .args(["--window", "layer=3-4,mb=0,pass=fwd", "--ranks", "0", "-o"])
+        .arg(&zoom)
+        .assert()
+        .success();
+    let t = svg_texts(&zoom);
+    has(&t, "L3");
+    has(&t, "L4");
+    let bytes = std::fs::metadata(&zoom).unwrap().len();
+    let whole = std::fs::metadata(&folded).unwrap().len();
+    assert!(bytes < whole, "{bytes} vs {whole}");
+    let bad = bin()
+        .args(["plot", "timeline"])
+        .arg(&out)
+        .args(["--window", "layer=99", "-o"])
+        .arg(d.path().join("x.svg"))
+        .assert()
+        .code(2)
+        .get_output()
+        .clone();
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("no op of the timelines"));
+}
+
+/// A layer marks where its backward starts and names its sites.
+#[test]
+fn layer_plot_marks_the_backward_and_sites() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("l.svg");
+    bin()
+        .args([
+            "simulate",
+            "--workload",
+            "layer",
+            "--model",
+            "llama-3-8b",
+            "--tp",
+            "4",
+        ])
+        .args([
+            "--seq",
+            "2k",
+            "--batch",
+            "2",
+            "--strategy",
+            "flash",
+            "--plot",
+        ])
+        .arg(&p)
+        .assert()
+        .success();
+    let t = svg_texts(&p);
+    has(&t, "rank 0 sites");
+    has(&t, "bwd →");
+    has(&t, "fwd.fc1");
 }

@@ -9,7 +9,6 @@ target/release or target/debug build, else `cargo run --release --`.
 import os
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 ROOT = Path(os.environ.get("FLASHOVERLAP_ROOT", Path(__file__).resolve().parent.parent))
@@ -37,8 +36,9 @@ def run(*args, check=True):
 
 
 def workdir(name):
-    """A fresh scratch directory for a notebook's outputs."""
-    base = os.environ.get("FLASHOVERLAP_WORK") or tempfile.mkdtemp(prefix="flashoverlap-nb-")
+    """A fresh directory for a notebook's outputs (pictures, sweeps): notebooks/out/NAME,
+    which git ignores, or under $FLASHOVERLAP_WORK when set (the tests set it)."""
+    base = os.environ.get("FLASHOVERLAP_WORK") or ROOT / "notebooks" / "out"
     d = Path(base) / name
     if d.exists():
         shutil.rmtree(d)

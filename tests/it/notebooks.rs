@@ -78,5 +78,18 @@ fn every_notebook_executes() {
             text.contains(&format!("{name}: ok")),
             "{name} did not run:\n{text}"
         );
+        // Each shows its pictures inline (run_notebooks.py fails a `# figure` cell
+        // without one; every notebook has at least two).
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}: ok")))
+            .unwrap();
+        let figures: u32 = line
+            .split(", ")
+            .nth(1)
+            .and_then(|x| x.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        assert!(figures >= 2, "{line}");
     }
 }

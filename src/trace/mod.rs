@@ -13,7 +13,8 @@
 //!   sort indices so that ranks and streams appear in order.
 //!
 //! What a user looks for:
-//! - each message is a flow arrow from its send's slice to its receive's;
+//! - each message is a flow arrow from its send's slice to its receive's (never ending
+//!   before it starts: a receive posted early gets the arrow where the send starts);
 //! - each slice's args: op, site, layer, micro-batch, pass, shape, bytes, FLOPs and the
 //!   strategy;
 //! - an instant marker on a rank's compute stream where each layer's forward and
@@ -480,8 +481,8 @@ pub fn chrome_trace_filtered(inputs: &[TraceInput], filter: &TraceFilter) -> Str
         // Per lane: each sub-track's end so far and its tid.
         let mut tracks: Vec<Vec<(u64, u32)>> = vec![Vec::new(); lanes];
         let mut spans = Vec::with_capacity(order.len());
-        // Each op's first slice on a stream: (pid, tid, start in ns), for the arrows.
-        let mut placed: HashMap<u32, (u32, u32, u64)> = HashMap::new();
+        // Each op's first slice on a stream: (pid, tid, start, end in ns), for the arrows.
+        let mut placed: HashMap<u32, (u32, u32, u64, u64)> = HashMap::new();
         // Where each (rank, layer, micro-batch, pass) starts on a compute stream.
         let mut marks: HashMap<(u32, Scope), (u64, u32)> = HashMap::new();
         for k in order {
@@ -505,7 +506,7 @@ pub fn chrome_trace_filtered(inputs: &[TraceInput], filter: &TraceFilter) -> Str
             };
             let scope = tl.scope(s);
             if let Lane::Stream(i) = s.lane {
-                placed.entry(s.op).or_insert((pid, tid, start));
+                placed.entry(s.op).or_insert((pid, tid, start, end));
                 let st = &tl.streams[i as usize];
                 if let Some(sc) = scope
                     && sc.layer.is_some()
@@ -590,11 +591,15 @@ pub fn chrome_trace_filtered(inputs: &[TraceInput], filter: &TraceFilter) -> Str
         }
         if let Some(plan) = input.plan {
             for (send, recv) in message_pairs(plan) {
-                let (Some(&(sp, st, s0)), Some(&(rp, rt, r0))) =
+                let (Some(&(sp, st, s0, _)), Some(&(rp, rt, r0, r1))) =
                     (placed.get(&send), placed.get(&recv))
                 else {
                     continue;
                 };
+                // A receive posted before its send starts: the arrow ends where the send
+                // starts (inside the receive's slice), never before its start, which
+                // Perfetto, reading events in time order, would find without a start.
+                let r0 = r0.max(s0).min(r1);
                 flow_id += 1;
                 for (ph, pid, tid, ts, bp) in
                     [("s", sp, st, s0, None), ("f", rp, rt, r0, Some("e"))]

@@ -841,6 +841,8 @@ fn assert_perfetto_loads_whole(text: &str) -> usize {
     for (id, ends) in &flows {
         let phases: Vec<&str> = ends.iter().map(|e| e.0.as_str()).collect();
         assert_eq!(phases, ["s", "f"], "flow {id}");
+        // Perfetto reads events in time order: an end before its start has no start.
+        assert!(ends[0].2 <= ends[1].2, "flow {id} ends before it starts");
         for (_, tid, ts) in ends {
             let on = &tracks.get(tid).expect("the arrow's track has slices").1;
             assert!(

@@ -247,6 +247,24 @@ impl From<PlanError> for CollectiveError {
     }
 }
 
+/// The message tags of one step, indexed by sending rank.
+#[derive(Debug, Clone)]
+enum StepTags {
+    /// A symmetric plan's: the same for every rank.
+    One(u64),
+    Each(Vec<u64>),
+}
+
+impl std::ops::Index<usize> for StepTags {
+    type Output = u64;
+    fn index(&self, i: usize) -> &u64 {
+        match self {
+            StepTags::One(t) => t,
+            StepTags::Each(v) => &v[i],
+        }
+    }
+}
+
 struct Builder<'a> {
     b: &'a mut PlanBuilder,
     /// Members of the communicator.
@@ -317,12 +335,14 @@ impl Builder<'_> {
     }
 
     /// Tags of one step: one per sending rank (and per destination for direct); in a
-    /// symmetric plan one for all (a representative's tag stands for its translates).
-    fn tags(&mut self, count: usize) -> Vec<u64> {
+    /// symmetric plan one for all (a representative's tag stands for its translates),
+    /// held once rather than once per rank, so a step costs the held ranks' time, not
+    /// the communicator's.
+    fn tags(&mut self, count: usize) -> StepTags {
         if self.held < self.n {
-            return vec![self.b.msg_tag(); count];
+            return StepTags::One(self.b.msg_tag());
         }
-        (0..count).map(|_| self.b.msg_tag()).collect()
+        StepTags::Each((0..count).map(|_| self.b.msg_tag()).collect())
     }
 
     /// Ring steps `first..first + steps` of one chunk around the ring `order` (position
@@ -421,7 +441,7 @@ impl Builder<'_> {
     ) -> Result<(), PlanError> {
         let n = self.n as u64;
         // tags[src][dst]
-        let tags: Vec<Vec<u64>> = if self.held < self.n {
+        let tags: Vec<StepTags> = if self.held < self.n {
             vec![self.tags(n as usize); n as usize]
         } else {
             (0..n).map(|_| self.tags(n as usize)).collect()

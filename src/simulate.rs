@@ -156,8 +156,11 @@ pub fn sample_scenario(
                 strategy: name.clone(),
                 source,
             })?;
-        let (mut ms, mut ex) = (Vec::new(), Vec::new());
-        for i in 0..samples {
+        // Samples run in parallel over one plan; each has its own seed (a function of
+        // the run's seed and its index) and the results are collected in index order,
+        // so the figures are the same at any thread count.
+        use rayon::prelude::*;
+        let one = |i: u64| -> Result<(f64, f64), RunError> {
             let o = SimOptions {
                 jitter: Some(Jitter {
                     params: params.clone(),
@@ -171,9 +174,13 @@ pub fn sample_scenario(
             })?;
             let tl = Timeline::predicted(&sc.name, &name, &plan, &sc.hardware.topology, &res, peak);
             let m = metrics(&tl);
-            ms.push(m.makespan);
-            ex.push(m.exposed_comm);
-        }
+            Ok((m.makespan, m.exposed_comm))
+        };
+        let got: Vec<(f64, f64)> = (0..samples)
+            .into_par_iter()
+            .map(one)
+            .collect::<Result<_, _>>()?;
+        let (ms, ex): (Vec<f64>, Vec<f64>) = got.into_iter().unzip();
         out.push(StrategySamples {
             strategy,
             makespan: Spread::of(ms),

@@ -1060,6 +1060,17 @@ fn variability_percentiles_are_ordered_collapse_without_jitter_and_reproduce() {
     }
     let b = crate::simulate::sample_scenario(&sc, &o, &params(0.1), 40, 9).unwrap();
     assert_eq!(a, b, "same seed, same numbers");
+    // Samples run in parallel: one thread or three give the same numbers.
+    for threads in [1, 3] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        let t = pool
+            .install(|| crate::simulate::sample_scenario(&sc, &o, &params(0.1), 40, 9))
+            .unwrap();
+        assert_eq!(a, t, "{threads} threads");
+    }
     let c = crate::simulate::sample_scenario(&sc, &o, &params(0.1), 40, 10).unwrap();
     assert_ne!(a, c, "another seed, other numbers");
     let z = crate::simulate::sample_scenario(&sc, &o, &params(0.0), 5, 9).unwrap();

@@ -88,6 +88,10 @@ fn write_err(path: &Path, source: std::io::Error) -> Error {
 #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 struct JournalHeader {
     format: String,
+    /// The build that wrote it: rows of another build may differ, so they are not
+    /// mixed with this one's.
+    #[serde(default)]
+    version: String,
     grid: GridInfo,
     shard: Option<Shard>,
 }
@@ -96,7 +100,7 @@ const JOURNAL: &str = "flashoverlap-sweep-journal";
 
 /// Rows of the points a journal holds; a last line cut short by an interruption (no
 /// newline at its end) is dropped, and its point runs again.
-fn read_journal(path: &Path, want: &JournalHeader) -> Result<Vec<Row>, Error> {
+fn read_journal(path: &Path, want: &JournalHeader, grid: &Grid) -> Result<Vec<Row>, Error> {
     let shown = path.display().to_string();
     let text = std::fs::read_to_string(path)
         .map_err(|e| Error::input(format!("--resume: cannot read {shown}: {e}")))?;
@@ -110,15 +114,29 @@ fn read_journal(path: &Path, want: &JournalHeader) -> Result<Vec<Row>, Error> {
             "--resume: {shown}: line 1 is not a sweep journal header: {e}"
         ))
     })?;
+    if header.version != want.version {
+        return Err(Error::input(format!(
+            "--resume: {shown} was written by flashoverlap {} and this is {}; its rows may \
+             differ from this build's, so they are not mixed: --force to start over",
+            if header.version.is_empty() {
+                "(unknown)"
+            } else {
+                &header.version
+            },
+            want.version
+        )));
+    }
     if &header != want {
         return Err(Error::input(format!(
             "--resume: {shown} belongs to another grid or shard; rerun with the same fields, or --force to start over"
         )));
     }
+    let s = grid.strategies.len() as u64;
+    let mut seen = std::collections::BTreeSet::new();
     let mut rows = Vec::new();
     for (n, l) in lines.iter().enumerate().skip(1) {
-        match serde_json::from_str::<Vec<Row>>(l) {
-            Ok(r) => rows.extend(r),
+        let r = match serde_json::from_str::<Vec<Row>>(l) {
+            Ok(r) => r,
             Err(_) if n + 1 == lines.len() && !complete => break,
             Err(e) => {
                 return Err(Error::input(format!(
@@ -126,7 +144,55 @@ fn read_journal(path: &Path, want: &JournalHeader) -> Result<Vec<Row>, Error> {
                     n + 1
                 )));
             }
+        };
+        // A line is one point's rows, one per strategy in the grid's order, with the
+        // point's own axes, inside the grid and the shard, not seen before.
+        let bad = |why: String| {
+            Error::input(format!(
+                "--resume: {shown}: line {} {why}; the journal does not match this sweep \
+                 (--force to start over)",
+                n + 1
+            ))
+        };
+        let Some(first) = r.first() else {
+            return Err(bad("holds no row".into()));
+        };
+        let p = first.point / s.max(1);
+        if p >= grid.points() {
+            return Err(bad(format!(
+                "names point {p}, past the grid's {}",
+                grid.points()
+            )));
         }
+        if header.shard.is_some_and(|sh| !sh.holds(p)) {
+            return Err(bad(format!("names point {p}, which is not this shard's")));
+        }
+        if !seen.insert(p) {
+            return Err(bad(format!("repeats point {p}")));
+        }
+        if r.len() as u64 != s {
+            return Err(bad(format!(
+                "holds {} rows where the grid has {s} strategies",
+                r.len()
+            )));
+        }
+        let axes: std::collections::BTreeMap<String, String> =
+            grid.describe(p).into_iter().collect();
+        for (k, row) in r.iter().enumerate() {
+            let want_strategy = grid.strategies[k].to_string();
+            if row.point != p * s + k as u64 || row.strategy != want_strategy {
+                return Err(bad(format!(
+                    "has row {} `{}` where point {p} has row {} `{want_strategy}`",
+                    row.point,
+                    row.strategy,
+                    p * s + k as u64
+                )));
+            }
+            if row.axes != axes {
+                return Err(bad(format!("gives point {p} fields other than the grid's")));
+            }
+        }
+        rows.extend(r);
     }
     Ok(rows)
 }
@@ -153,6 +219,7 @@ pub fn run(a: &Request, pb: &dyn Progress) -> Result<Sweep, Error> {
     }
     let header = JournalHeader {
         format: JOURNAL.into(),
+        version: env!("CARGO_PKG_VERSION").into(),
         grid: info.clone(),
         shard,
     };
@@ -188,7 +255,7 @@ pub fn run(a: &Request, pb: &dyn Progress) -> Result<Sweep, Error> {
             }
         }
         if resuming {
-            done = read_journal(&p.journal, &header)?;
+            done = read_journal(&p.journal, &header, &grid)?;
             // Rewrite the journal without a cut-short last line before appending.
             let mut body = serde_json::to_string(&header).expect("header serializes") + "\n";
             let s = grid.strategies.len();

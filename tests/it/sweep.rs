@@ -339,3 +339,99 @@ fn the_summary_ranks_by_the_figure_asked_and_says_when_batches_differ() {
         "{mfu}"
     );
 }
+
+/// `--resume` checks every journal row against the grid, the shard and the build:
+/// duplicated, out-of-range, foreign, reordered or short lines and another build's
+/// journal are refused (exit 2, naming the line), never merged into the outputs.
+#[test]
+fn resume_refuses_a_journal_that_does_not_match() {
+    let d = tempfile::tempdir().unwrap();
+    let part = d.path().join("part");
+    bin()
+        .arg("sweep")
+        .args(GRID)
+        .args([
+            "--out",
+            part.to_str().unwrap(),
+            "--halt-after",
+            "2",
+            "--threads",
+            "1",
+        ])
+        .assert()
+        .code(1);
+    let journal = part.join("sweep.partial.jsonl");
+    let good = read(&journal);
+    let lines: Vec<&str> = good.lines().collect();
+    assert!(lines.len() >= 3, "{good}");
+    let (header, row) = (lines[0], lines[1]);
+    let row_json: serde_json::Value = serde_json::from_str(row).unwrap();
+    let with = |f: &dyn Fn(&mut serde_json::Value)| {
+        let mut v = row_json.clone();
+        f(&mut v);
+        v.to_string()
+    };
+    let cases: Vec<(String, &str)> = vec![
+        (format!("{header}\n{row}\n{row}\n"), "repeats point"),
+        (
+            format!(
+                "{header}\n{}\n",
+                with(&|v| {
+                    for r in v.as_array_mut().unwrap() {
+                        let p = r["point"].as_u64().unwrap();
+                        r["point"] = (p + 1_000_000).into();
+                    }
+                })
+            ),
+            "past the grid",
+        ),
+        (
+            format!(
+                "{header}\n{}\n",
+                with(&|v| v[0]["axes"]["parallel.tp"] = "16".into())
+            ),
+            "fields other than the grid's",
+        ),
+        (
+            format!(
+                "{header}\n{}\n",
+                with(&|v| v[0]["strategy"] = "direct".into())
+            ),
+            "where point",
+        ),
+        (
+            format!(
+                "{header}\n{}\n",
+                with(&|v| {
+                    v.as_array_mut().unwrap().pop();
+                })
+            ),
+            "rows where the grid has",
+        ),
+        (
+            format!(
+                "{}\n{row}\n",
+                header.replace(env!("CARGO_PKG_VERSION"), "0.0.1")
+            ),
+            "was written by flashoverlap 0.0.1",
+        ),
+    ];
+    for (body, says) in cases {
+        std::fs::write(&journal, &body).unwrap();
+        let out = bin()
+            .arg("sweep")
+            .args(GRID)
+            .args(["--out", part.to_str().unwrap(), "--resume"])
+            .assert()
+            .code(2)
+            .get_output()
+            .clone();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "`{says}` not in: {err}");
+        assert!(!part.join("sweep.csv").exists());
+    }
+    // The journal as written still resumes.
+    std::fs::write(&journal, &good).unwrap();
+    sweep(&["--out", part.to_str().unwrap(), "--resume"]);
+    assert!(part.join("sweep.csv").exists());
+}

@@ -1,6 +1,7 @@
 //! Safe output: every file is written to a temporary sibling and then moved into place,
 //! so an interrupted run never leaves a truncated file; an existing file is kept unless
-//! the caller asks to overwrite it. Safe input: [`read_text`] reads regular files of a
+//! the caller asks to overwrite it; a set of files ([`write_set`]: `--out` folders) is
+//! written whole or not at all. Safe input: [`read_text`] reads regular files of a
 //! bounded size only.
 
 use std::io::{Read, Write};
@@ -129,6 +130,90 @@ pub fn write_atomic(path: &Path, bytes: &[u8], overwrite: bool) -> Result<(), Ou
     Ok(())
 }
 
+/// Write a set of files into `dir` whole or not at all: every target is checked first
+/// (a non-regular file is refused; without `overwrite` an existing one is an error and
+/// nothing is written), every file is written in full to a temporary sibling (where a
+/// full disk or a quota fails), and only then are they moved into place. A failure
+/// before the moves removes the temporaries and leaves the folder as it was; the moves
+/// themselves are renames within one folder.
+pub fn write_set<B: AsRef<[u8]>>(
+    dir: &Path,
+    files: &[(String, B)],
+    overwrite: bool,
+) -> Result<(), OutputError> {
+    let targets: Vec<PathBuf> = files.iter().map(|(n, _)| dir.join(n)).collect();
+    for path in &targets {
+        if let Ok(meta) = std::fs::symlink_metadata(path)
+            && !meta.file_type().is_file()
+        {
+            return Err(OutputError::NotRegular {
+                path: path.display().to_string(),
+            });
+        }
+        if !overwrite && path.exists() {
+            return Err(OutputError::Exists {
+                path: path.display().to_string(),
+            });
+        }
+    }
+    let mut staged: Vec<PathBuf> = Vec::with_capacity(files.len());
+    let cleanup = |staged: &[PathBuf]| {
+        for t in staged {
+            let _ = std::fs::remove_file(t);
+        }
+    };
+    for ((_, body), path) in files.iter().zip(&targets) {
+        let tmp = tmp_path(path);
+        let r = (|| {
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(body.as_ref())?;
+            f.sync_all()
+        })();
+        if let Err(source) = r {
+            let _ = std::fs::remove_file(&tmp);
+            cleanup(&staged);
+            return Err(OutputError::Write {
+                path: path.display().to_string(),
+                source,
+            });
+        }
+        staged.push(tmp);
+    }
+    let mut placed: Vec<&PathBuf> = Vec::new();
+    for (i, (tmp, path)) in staged.iter().zip(&targets).enumerate() {
+        let r = if overwrite {
+            std::fs::rename(tmp, path)
+        } else {
+            // A hard link never replaces a file created since the check.
+            match std::fs::hard_link(tmp, path) {
+                Ok(()) => std::fs::remove_file(tmp),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(e),
+                Err(_) => std::fs::rename(tmp, path),
+            }
+        };
+        if let Err(e) = r {
+            // Without overwrite the files placed so far are ours and new: take them back.
+            if !overwrite {
+                for p in &placed {
+                    let _ = std::fs::remove_file(p);
+                }
+            }
+            cleanup(&staged[i..]);
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                return Err(OutputError::Exists {
+                    path: path.display().to_string(),
+                });
+            }
+            return Err(OutputError::Write {
+                path: path.display().to_string(),
+                source: e,
+            });
+        }
+        placed.push(path);
+    }
+    Ok(())
+}
+
 /// `bytes` gzip-compressed (for outputs named `*.gz`, which Perfetto opens as they are).
 pub fn gzip(bytes: &[u8]) -> Vec<u8> {
     use std::io::Write;
@@ -204,6 +289,53 @@ mod tests {
         assert_eq!(std::fs::read(&p).unwrap(), b"two");
         let leftovers = std::fs::read_dir(d.path()).unwrap().count();
         assert_eq!(leftovers, 1, "no temporary file is left behind");
+    }
+
+    #[test]
+    fn a_set_is_written_whole_or_not_at_all() {
+        let d = tempfile::tempdir().unwrap();
+        let files = vec![
+            ("a.txt".to_string(), "new a".to_string()),
+            ("b.txt".to_string(), "new b".to_string()),
+        ];
+        // b exists: without overwrite nothing is written, a included.
+        std::fs::write(d.path().join("b.txt"), "old b").unwrap();
+        assert!(matches!(
+            write_set(d.path(), &files, false),
+            Err(OutputError::Exists { .. })
+        ));
+        assert!(!d.path().join("a.txt").exists());
+        assert_eq!(
+            std::fs::read_to_string(d.path().join("b.txt")).unwrap(),
+            "old b"
+        );
+        // A target that is a folder: refused before anything is written.
+        std::fs::create_dir(d.path().join("c.txt")).unwrap();
+        let mut three = files.clone();
+        three.push(("c.txt".to_string(), "c".to_string()));
+        assert!(matches!(
+            write_set(d.path(), &three, true),
+            Err(OutputError::NotRegular { .. })
+        ));
+        assert!(!d.path().join("a.txt").exists());
+        // With overwrite: both, and no temporary left.
+        write_set(d.path(), &files, true).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(d.path().join("b.txt")).unwrap(),
+            "new b"
+        );
+        let left: Vec<_> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.contains(".tmp-"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+        // An unwritable folder: an error, nothing placed.
+        let gone = d.path().join("missing");
+        assert!(matches!(
+            write_set(&gone, &files, true),
+            Err(OutputError::Write { .. })
+        ));
     }
 
     #[test]

@@ -4,7 +4,6 @@
 //! file one run would have written. The command line adds flags and a progress bar; the
 //! Python package calls [`run`] too.
 
-use crate::io::write_atomic;
 use crate::scenario::Strategy;
 use crate::search::{self, RankBy, RequestInfo, SearchFile, Space};
 use crate::sweep::{Grid, GridSpec, Shard};
@@ -192,14 +191,12 @@ pub struct Searched {
 
 fn write_outputs(dir: &Path, f: &SearchFile, summary: &str, force: bool) -> Result<(), Error> {
     super::create_dir(dir)?;
-    for (name, body) in [
-        ("search.json", search::json(f)),
-        ("search.csv", search::csv(f)),
-        ("summary.txt", summary.to_string()),
-    ] {
-        write_atomic(&dir.join(name), body.as_bytes(), force).map_err(Error::output)?;
-    }
-    Ok(())
+    let files = [
+        ("search.json".to_string(), search::json(f)),
+        ("search.csv".to_string(), search::csv(f)),
+        ("summary.txt".to_string(), summary.to_string()),
+    ];
+    crate::io::write_set(dir, &files, force).map_err(Error::output)
 }
 
 fn request_info(

@@ -198,15 +198,12 @@ fn read_journal(path: &Path, want: &JournalHeader, grid: &Grid) -> Result<Vec<Ro
 }
 
 fn write_outputs(dir: &Path, f: &SweepFile, summary: &str, force: bool) -> Result<(), Error> {
-    let p = Paths::of(dir);
-    for (path, body) in [
-        (&p.csv, sweep::csv(f)),
-        (&p.json, sweep::json(f)),
-        (&p.summary, summary.to_string()),
-    ] {
-        write_atomic(path, body.as_bytes(), force).map_err(Error::output)?;
-    }
-    Ok(())
+    let files = [
+        ("sweep.csv".to_string(), sweep::csv(f)),
+        ("sweep.json".to_string(), sweep::json(f)),
+        ("summary.txt".to_string(), summary.to_string()),
+    ];
+    crate::io::write_set(dir, &files, force).map_err(Error::output)
 }
 
 /// Run the sweep `a` asks for.

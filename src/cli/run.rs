@@ -139,10 +139,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
     }
     if let Some(dir) = &a.sim.out {
         crate::app::create_dir(dir).map_err(from_app)?;
-        for (name, body) in report.out_files() {
-            write_atomic(&dir.join(name), body.as_bytes(), a.sim.force)
-                .map_err(CliError::output)?;
-        }
+        crate::io::write_set(dir, &report.out_files(), a.sim.force).map_err(CliError::output)?;
     }
     if let Some(path) = &a.sim.trace {
         write_atomic(path, report.trace().as_bytes(), a.sim.force).map_err(CliError::output)?;

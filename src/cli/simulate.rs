@@ -304,9 +304,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
                 source,
             })
         })?;
-        for (name, body) in sim.out_files() {
-            write_atomic(&dir.join(name), body.as_bytes(), a.force).map_err(CliError::output)?;
-        }
+        crate::io::write_set(dir, &sim.out_files(), a.force).map_err(CliError::output)?;
     }
     if let Some(path) = &a.plot {
         let title = table.lines().next().unwrap_or("timeline").to_string();

@@ -113,6 +113,30 @@ fn out_dir_writes_every_file_and_refuses_to_clobber() {
         .args(["simulate", "--out", o, "--force"])
         .assert()
         .success();
+    // A folder holding one of the files: without --force nothing of the set is
+    // written (no new file beside the stale one); with a folder in a file's place
+    // nothing is written even with --force.
+    let part = d.path().join("part");
+    std::fs::create_dir(&part).unwrap();
+    std::fs::write(part.join("trace.json"), "stale").unwrap();
+    let p = part.to_str().unwrap();
+    bin().args(["simulate", "--out", p]).assert().code(3);
+    let names = |dir: &std::path::Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names(&part), ["trace.json"]);
+    std::fs::remove_file(part.join("trace.json")).unwrap();
+    std::fs::create_dir(part.join("table.txt")).unwrap();
+    bin()
+        .args(["simulate", "--out", p, "--force"])
+        .assert()
+        .code(3);
+    assert_eq!(names(&part), ["table.txt"]);
     // A written timeline reads back into the domain type.
     let text = std::fs::read_to_string(out.join("timeline-flash.json")).unwrap();
     let f: flashoverlap::timeline::file::TimelineFile = serde_json::from_str(&text).unwrap();

@@ -185,9 +185,29 @@ fn grid_spec(a: &RunArgs) -> Result<GridSpec, CliError> {
         ("transport", &a.transport),
         ("interference", &a.interference),
     ];
+    // A field given twice on the command line (`--tp 2 --set parallel.tp=4`, or `--set`
+    // twice) is a conflict, not a silent last-one-wins; the command line still overrides
+    // a grid file's axis.
+    let mut given: std::collections::BTreeMap<String, String> = Default::default();
+    let mut set = |spec: &mut GridSpec, key: &str, how: String, v: &str| {
+        let k = crate::sweep::grid::canonical_key(key);
+        if let Some(first) = given.insert(k.clone(), how.clone()) {
+            return Err(CliError::input(format!(
+                "`{k}` is given twice on the command line ({first} and {how}); give it once, with every value in one list"
+            )));
+        }
+        spec.set_axis(key, vec![v.to_string()]);
+        Ok(())
+    };
     for (key, v) in named {
         if let Some(v) = v {
-            spec.set_axis(key, vec![v.clone()]);
+            let flag = match key {
+                "parallel.tp" => "--tp".to_string(),
+                "parallel.dp" => "--dp".to_string(),
+                "parallel.ulysses" => "--ulysses".to_string(),
+                k => format!("--{k}"),
+            };
+            set(&mut spec, key, format!("{flag} {v}"), v)?;
         }
     }
     for s in &a.set {
@@ -196,10 +216,10 @@ fn grid_spec(a: &RunArgs) -> Result<GridSpec, CliError> {
                 "--set `{s}`: expected FIELD=V1,V2,... (e.g. parallel.sp=true)"
             ))
         })?;
-        spec.set_axis(k.trim(), vec![v.to_string()]);
+        set(&mut spec, k.trim(), format!("--set {s}"), v)?;
     }
     if let Some(s) = &a.strategy {
-        spec.set_axis("strategy", vec![s.clone()]);
+        set(&mut spec, "strategy", format!("--strategy {s}"), s)?;
     }
     Ok(spec)
 }

@@ -197,7 +197,9 @@ pub fn load_hardware_sized(
                 "topology.gpus",
                 "(missing)",
                 format!(
-                    "hardware `{}` (topology kind `{}`) has no GPU count of its own; a GPU                      count applies to ring, full-mesh, nvswitch and pcie-tree profiles (use                      a node count for multi-node ones)",
+                    "hardware `{}` (topology kind `{}`) has no GPU count of its own; a GPU \
+                     count applies to ring, full-mesh, nvswitch and pcie-tree profiles (use \
+                     a node count for multi-node ones)",
                     file.name, file.topology.kind
                 ),
             ));

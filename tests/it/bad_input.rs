@@ -678,6 +678,22 @@ fn cases(d: &Path) -> Vec<Case> {
             says: vec![s("sweep field `parallel.tp`"), s("empty")],
         },
         Case {
+            name: "sweep: a field set by a flag and by --set",
+            args: swp(&["--tp", "2", "--set", "parallel.tp=4"]),
+            code: 2,
+            says: vec![
+                s("`parallel.tp` is given twice"),
+                s("--tp 2"),
+                s("--set parallel.tp=4"),
+            ],
+        },
+        Case {
+            name: "sweep: a field set twice by --set",
+            args: swp(&["--set", "seq=1k", "--set", "seq=2k"]),
+            code: 2,
+            says: vec![s("`seq` is given twice"), s("--set seq=2k")],
+        },
+        Case {
             name: "sweep: field that does not exist",
             args: swp(&["--set", "colour=red,blue"]),
             code: 2,

@@ -289,6 +289,13 @@ pub fn run(a: Args) -> Result<(), CliError> {
     let table = sim.table();
     let json = sim.json();
     if let Some(path) = &a.trace {
+        if filter.scope.is_some() && sim.run.runs.iter().all(|r| r.timeline.scopes.is_empty()) {
+            return Err(CliError::input(format!(
+                "--trace-window `{}`: workload `{}` records no layers or micro-batches (layer and step workloads do); use START:END in µs",
+                a.trace_window.as_deref().unwrap_or(""),
+                sim.scenario.workload.name()
+            )));
+        }
         let text = sim.trace_of(&filter);
         let bytes = if path.extension().is_some_and(|e| e == "gz") {
             crate::io::gzip(text.as_bytes())

@@ -754,6 +754,17 @@ fn cases(d: &Path) -> Vec<Case> {
             says: vec![s("--trace-window `5:1`"), s("START:END")],
         },
         Case {
+            name: "trace window by layer on a workload without layers",
+            args: sim(&[
+                "--trace",
+                &d.join("t.json").display().to_string(),
+                "--trace-window",
+                "layer=5",
+            ]),
+            code: 2,
+            says: vec![s("workload `mlp` records no layers"), s("START:END")],
+        },
+        Case {
             name: "trace ranks without a trace",
             args: sim(&["--trace-ranks", "0-3"]),
             code: 2,

@@ -632,13 +632,21 @@ impl<'p> Engine<'p> {
         let f = self
             .net
             .add_flow(rs, rl, bytes as f64 * factor * jb, cap, weight);
-        self.transfers.push(Transfer {
+        let t = Transfer {
             send,
             recv,
             bytes,
             started: self.now,
-        });
-        debug_assert_eq!(f as usize + 1, self.transfers.len());
+        };
+        // The network hands out the slot of a released flow where it has one; the
+        // transfer takes the same index.
+        match self.transfers.get_mut(f as usize) {
+            Some(slot) => *slot = t,
+            None => {
+                debug_assert_eq!(f as usize, self.transfers.len());
+                self.transfers.push(t);
+            }
+        }
         let alpha = alpha * jl;
         self.schedule(self.now + alpha, Ev::FlowStart(f), send)
     }
@@ -701,7 +709,11 @@ impl<'p> Engine<'p> {
             self.transfers[f as usize].recv,
         );
         self.op_done(send)?;
-        self.op_done(recv)
+        self.op_done(recv)?;
+        // Nothing refers to the transfer now (its completion events are stale by their
+        // version): its slot serves the next one.
+        self.net.release(f);
+        Ok(())
     }
 
     fn op_done(&mut self, op: OpId) -> Result<(), SimError> {

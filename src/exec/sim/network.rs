@@ -22,6 +22,9 @@ pub(super) struct Flow {
     /// How many flows this one stands for on its links: it gets `weight` fair shares
     /// (identical NCCL channels merged into one flow).
     pub weight: u32,
+    /// Creation order: ties in a solve break by it, not by the flow's slot, which is
+    /// reused once a flow is released.
+    pub serial: u64,
 }
 
 pub(super) struct Network {
@@ -44,6 +47,10 @@ pub(super) struct Network {
     prev_rate: Vec<f64>,
     /// Scratch: the component's capped flows, by falling cap.
     capped: Vec<(f64, u32)>,
+    /// Slots of released flows, reused by the next flows (memory follows the flows in
+    /// flight, not every flow ever).
+    free: Vec<u32>,
+    next_serial: u64,
 }
 
 impl Network {
@@ -65,6 +72,8 @@ impl Network {
             frozen: Vec::new(),
             prev_rate: Vec::new(),
             capped: Vec::new(),
+            free: Vec::new(),
+            next_serial: 0,
         }
     }
 
@@ -96,7 +105,9 @@ impl Network {
         cap: f64,
         weight: u32,
     ) -> u32 {
-        self.flows.push(Flow {
+        let serial = self.next_serial;
+        self.next_serial += 1;
+        let mut flow = Flow {
             cap,
             weight: weight.max(1),
             route_start,
@@ -106,11 +117,30 @@ impl Network {
             last: 0.0,
             version: 0,
             active: false,
-        });
+            serial,
+        };
+        if let Some(f) = self.free.pop() {
+            // A later version than any the released flow had: its stale completion
+            // events stay stale.
+            flow.version = self.flows[f as usize].version.wrapping_add(1);
+            self.flows[f as usize] = flow;
+            self.flow_stamp[f as usize] = 0;
+            self.frozen[f as usize] = false;
+            self.prev_rate[f as usize] = f64::NAN;
+            return f;
+        }
+        self.flows.push(flow);
         self.flow_stamp.push(0);
         self.frozen.push(false);
         self.prev_rate.push(f64::NAN);
         (self.flows.len() - 1) as u32
+    }
+
+    /// Give back flow `f`'s slot: it has finished (or never moved) and nothing refers to
+    /// it any more.
+    pub fn release(&mut self, f: u32) {
+        debug_assert!(!self.flows[f as usize].active);
+        self.free.push(f);
     }
 
     /// Put flow `f` on its links at time `now`; returns the flows whose rate the re-solve
@@ -212,8 +242,10 @@ impl Network {
             self.frozen[f as usize] = false;
             self.prev_rate[f as usize] = fl.rate;
         }
-        // Deterministic order regardless of discovery order.
-        self.touched.sort_unstable();
+        // Deterministic order regardless of discovery order (and of slot reuse).
+        let flows = &self.flows;
+        self.touched
+            .sort_unstable_by_key(|&f| flows[f as usize].serial);
         self.comp_links.sort_unstable();
         for &link in &self.comp_links {
             self.cap_left[link as usize] = self.capacity[link as usize];
@@ -227,9 +259,12 @@ impl Network {
                 self.capped.push((fl.cap / fl.weight as f64, f));
             }
         }
-        // Falling cap, ties by flow id: the smallest is popped first.
-        self.capped
-            .sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)));
+        // Falling cap, ties by creation order: the earliest is popped first.
+        let flows = &self.flows;
+        self.capped.sort_unstable_by(|a, b| {
+            b.0.total_cmp(&a.0)
+                .then(flows[b.1 as usize].serial.cmp(&flows[a.1 as usize].serial))
+        });
         let mut left = self.touched.len();
         while left > 0 {
             while self
@@ -308,6 +343,35 @@ impl Network {
 mod tests {
     use super::*;
     use crate::topology::{LinkSpec, Topology};
+
+    /// A released flow's slot is reused with a later version (its stale completion
+    /// events stay stale), and ties break by creation order, not by slot.
+    #[test]
+    fn released_slots_are_reused_in_creation_order() {
+        let link = LinkSpec {
+            bandwidth: 90.0,
+            latency: 0.0,
+        };
+        let topo = Topology::full_mesh("m", 2, link).unwrap();
+        let mut net = Network::new(&topo);
+        net.route_links.push(0);
+        let a = net.add_flow(0, 1, 1e9, f64::INFINITY, 1);
+        net.activate(a, 0.0);
+        net.finish(a, 1.0);
+        let old = net.flows[a as usize].version;
+        net.release(a);
+        let b = net.add_flow(0, 1, 1e9, f64::INFINITY, 1);
+        let c = net.add_flow(0, 1, 1e9, f64::INFINITY, 1);
+        assert_eq!(b, a, "the freed slot first");
+        assert!(net.flows[b as usize].version > old);
+        assert!(net.flows[b as usize].serial < net.flows[c as usize].serial);
+        // b (slot 0) and c (slot 1) both touched: listed by creation order.
+        net.activate(c, 2.0);
+        net.activate(b, 2.0);
+        let t = net.touched.clone();
+        assert!(t.len() == 2 && net.flows[t[0] as usize].serial < net.flows[t[1] as usize].serial);
+        assert_eq!(net.flows.len(), 2, "memory follows the flows in flight");
+    }
 
     /// A flow of weight 2 beside one of weight 1 on one link gets two thirds of it, as
     /// two flows would; a cap binds per unit of weight (a weight-2 flow capped at 2·c

@@ -83,51 +83,7 @@ fn tmp_path(path: &Path) -> PathBuf {
 /// Write `bytes` to `path` atomically. With `overwrite == false` an existing file is an
 /// error and is left untouched.
 pub fn write_atomic(path: &Path, bytes: &[u8], overwrite: bool) -> Result<(), OutputError> {
-    let err = |source| OutputError::Write {
-        path: path.display().to_string(),
-        source,
-    };
-    // The rename below would replace whatever is there: a symlink (not its target), a
-    // device node such as /dev/null, a FIFO. Only a regular file may be replaced.
-    if let Ok(meta) = std::fs::symlink_metadata(path)
-        && !meta.file_type().is_file()
-    {
-        return Err(OutputError::NotRegular {
-            path: path.display().to_string(),
-        });
-    }
-    if !overwrite && path.exists() {
-        return Err(OutputError::Exists {
-            path: path.display().to_string(),
-        });
-    }
-    let tmp = tmp_path(path);
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        drop(f);
-        if overwrite {
-            std::fs::rename(&tmp, path)
-        } else {
-            // A hard link never replaces an existing file: no-clobber without a race.
-            match std::fs::hard_link(&tmp, path) {
-                Ok(()) => std::fs::remove_file(&tmp),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(e),
-                Err(_) => std::fs::rename(&tmp, path),
-            }
-        }
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        if e.kind() == std::io::ErrorKind::AlreadyExists {
-            return Err(OutputError::Exists {
-                path: path.display().to_string(),
-            });
-        }
-        return Err(err(e));
-    }
-    Ok(())
+    write_paths(&[(path.to_path_buf(), bytes)], overwrite)
 }
 
 /// Write a set of files into `dir` whole or not at all: every target is checked first
@@ -141,8 +97,18 @@ pub fn write_set<B: AsRef<[u8]>>(
     files: &[(String, B)],
     overwrite: bool,
 ) -> Result<(), OutputError> {
-    let targets: Vec<PathBuf> = files.iter().map(|(n, _)| dir.join(n)).collect();
-    for path in &targets {
+    let targets: Vec<(PathBuf, &[u8])> = files
+        .iter()
+        .map(|(n, b)| (dir.join(n), b.as_ref()))
+        .collect();
+    write_paths(&targets, overwrite)
+}
+
+/// [`write_set`] of whole paths (one of them: [`write_atomic`]).
+fn write_paths(files: &[(PathBuf, &[u8])], overwrite: bool) -> Result<(), OutputError> {
+    for (path, _) in files {
+        // The rename below would replace whatever is there: a symlink (not its target),
+        // a device node such as /dev/null, a FIFO. Only a regular file may be replaced.
         if let Ok(meta) = std::fs::symlink_metadata(path)
             && !meta.file_type().is_file()
         {
@@ -162,11 +128,11 @@ pub fn write_set<B: AsRef<[u8]>>(
             let _ = std::fs::remove_file(t);
         }
     };
-    for ((_, body), path) in files.iter().zip(&targets) {
+    for (path, body) in files {
         let tmp = tmp_path(path);
         let r = (|| {
             let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(body.as_ref())?;
+            f.write_all(body)?;
             f.sync_all()
         })();
         if let Err(source) = r {
@@ -180,11 +146,12 @@ pub fn write_set<B: AsRef<[u8]>>(
         staged.push(tmp);
     }
     let mut placed: Vec<&PathBuf> = Vec::new();
-    for (i, (tmp, path)) in staged.iter().zip(&targets).enumerate() {
+    for (i, (tmp, (path, _))) in staged.iter().zip(files).enumerate() {
         let r = if overwrite {
             std::fs::rename(tmp, path)
         } else {
-            // A hard link never replaces a file created since the check.
+            // A hard link never replaces an existing file (one created since the
+            // check): no-clobber without a race.
             match std::fs::hard_link(tmp, path) {
                 Ok(()) => std::fs::remove_file(tmp),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(e),

@@ -371,8 +371,8 @@ impl Gantt<'_> {
         t.spans.iter().map(|s| s.end).fold(0.0, f64::max) * 1e6
     }
 
-    fn panel_px(&self, p: &Panel) -> u32 {
-        (self.layout(p.main).height * LANE_PX as f64).ceil() as u32 + 90
+    fn panel_px(layout: &Layout) -> u32 {
+        (layout.height * LANE_PX as f64).ceil() as u32 + 90
     }
 
     fn kinds(&self) -> Vec<Kind> {
@@ -395,7 +395,11 @@ impl Gantt<'_> {
 
 impl Figure for Gantt<'_> {
     fn size(&self) -> (u32, u32) {
-        let h: u32 = self.panels.iter().map(|p| self.panel_px(p)).sum();
+        let h: u32 = self
+            .panels
+            .iter()
+            .map(|p| Self::panel_px(&self.layout(p.main)))
+            .sum();
         (WIDTH, h.saturating_add(100))
     }
 
@@ -447,17 +451,17 @@ impl Figure for Gantt<'_> {
         let (div, unit) = time_unit(w1 - w0);
         let (x0, x1) = (w0 / div, w1 / div);
         let body = root.margin(90, 10, 10, 20);
-        let breaks: Vec<u32> = self
-            .panels
+        // Each panel's rows once (folding compares every rank's spans).
+        let layouts: Vec<Layout> = self.panels.iter().map(|p| self.layout(p.main)).collect();
+        let breaks: Vec<u32> = layouts
             .iter()
-            .scan(0u32, |acc, p| {
-                *acc += self.panel_px(p);
+            .scan(0u32, |acc, l| {
+                *acc += Self::panel_px(l);
                 Some(*acc)
             })
             .collect();
         let areas = body.split_by_breakpoints::<u32, u32, _, _>([], &breaks[..breaks.len() - 1]);
-        for (p, area) in self.panels.iter().zip(areas) {
-            let layout = self.layout(p.main);
+        for ((p, area), layout) in self.panels.iter().zip(areas).zip(&layouts) {
             let lanes = &layout.rows;
             let h = layout.height.max(1.0);
             let mut chart = ChartBuilder::on(&area)

@@ -774,6 +774,27 @@ fn a_closed_or_full_stdout_is_not_a_panic() {
 
 /// A llama-3-8b layer at tp 8 × dp 2 over two DGX H100 nodes (its trace has overlapping
 /// comm slices and cross-node messages).
+/// A llama-3-8b step, tp 2 × pp 2, 2 micro-batches of one 2k sequence, on one H100 box
+/// (the trace and plot tests' step; they add the strategies).
+pub const PP2_STEP: &[&str] = &[
+    "--workload",
+    "step",
+    "--model",
+    "llama-3-8b",
+    "--tp",
+    "2",
+    "--pp",
+    "2",
+    "--micro-batches",
+    "2",
+    "--seq",
+    "2k",
+    "--batch",
+    "1",
+    "--hardware",
+    "h100-sxm-8",
+];
+
 const TP8_DP2_LAYER: &[&str] = &[
     "--workload",
     "layer",
@@ -1038,32 +1059,11 @@ fn trace_windows_ranks_and_gzip() {
 #[test]
 fn trace_args_layer_markers_counters_and_scope_windows() {
     let d = tempfile::tempdir().unwrap();
-    let step = [
-        "simulate",
-        "--workload",
-        "step",
-        "--model",
-        "llama-3-8b",
-        "--tp",
-        "2",
-        "--pp",
-        "2",
-        "--micro-batches",
-        "2",
-        "--seq",
-        "2k",
-        "--batch",
-        "1",
-        "--hardware",
-        "h100-sxm-8",
-        "--strategy",
-        "sequential,flash",
-        "--format",
-        "json",
-    ];
     let run = |name: &str, extra: &[&str]| -> (serde_json::Value, serde_json::Value) {
         let p = d.path().join(name);
-        let mut a = step.to_vec();
+        let mut a = vec!["simulate"];
+        a.extend(PP2_STEP);
+        a.extend(["--strategy", "sequential,flash", "--format", "json"]);
         a.extend(["--trace", p.to_str().unwrap()]);
         a.extend(extra);
         let j: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();

@@ -286,28 +286,9 @@ fn timeline_folds_ranks_bands_layers_and_zooms() {
     let d = tempfile::tempdir().unwrap();
     let out = d.path().join("st");
     bin()
-        .args([
-            "simulate",
-            "--workload",
-            "step",
-            "--model",
-            "llama-3-8b",
-            "--tp",
-            "2",
-            "--pp",
-            "2",
-            "--micro-batches",
-            "2",
-            "--seq",
-            "2k",
-            "--batch",
-            "1",
-            "--hardware",
-            "h100-sxm-8",
-            "--strategy",
-            "flash,sequential",
-            "--out",
-        ])
+        .arg("simulate")
+        .args(super::cli::PP2_STEP)
+        .args(["--strategy", "flash,sequential", "--out"])
         .arg(&out)
         .assert()
         .success();

@@ -73,25 +73,25 @@ fn rows_equal_simulate_bit_for_bit_whatever_the_thread_count() {
     }
 }
 
+/// The sweep into `out`, stopped (exit 1) after `points` points on one thread.
+fn halted(out: &std::path::Path, points: u32) {
+    bin()
+        .arg("sweep")
+        .args(GRID)
+        .arg("--out")
+        .arg(out)
+        .args(["--halt-after", &points.to_string(), "--threads", "1"])
+        .assert()
+        .code(1);
+}
+
 #[test]
 fn an_interrupted_sweep_resumes_to_the_same_files() {
     let d = tempfile::tempdir().unwrap();
     let full = d.path().join("full");
     let part = d.path().join("part");
     sweep(&["--out", full.to_str().unwrap()]);
-    bin()
-        .arg("sweep")
-        .args(GRID)
-        .args([
-            "--out",
-            part.to_str().unwrap(),
-            "--halt-after",
-            "1",
-            "--threads",
-            "1",
-        ])
-        .assert()
-        .code(1);
+    halted(&part, 1);
     let journal = part.join("sweep.partial.jsonl");
     assert!(journal.exists() && !part.join("sweep.csv").exists());
     // A line cut short by the interruption is dropped and its point run again.
@@ -347,19 +347,7 @@ fn the_summary_ranks_by_the_figure_asked_and_says_when_batches_differ() {
 fn resume_refuses_a_journal_that_does_not_match() {
     let d = tempfile::tempdir().unwrap();
     let part = d.path().join("part");
-    bin()
-        .arg("sweep")
-        .args(GRID)
-        .args([
-            "--out",
-            part.to_str().unwrap(),
-            "--halt-after",
-            "2",
-            "--threads",
-            "1",
-        ])
-        .assert()
-        .code(1);
+    halted(&part, 2);
     let journal = part.join("sweep.partial.jsonl");
     let good = read(&journal);
     let lines: Vec<&str> = good.lines().collect();

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# A held-out validation set on the lent single-H200 machine, against the checked-in
+# calibration (hardware-profiles/measured/h200-measured.toml), and (FO_CLOCKS=1, first,
+# on the rested GPU) the clock-settling measurement of scripts/device-h200-clocks.py.
+#   Build and stage as for scripts/device-h200.sh; carry [".build-cuda"].
+#
+# The set was fixed before any of its errors were seen (issue 23): shapes of two models
+# whose widths the calibration grid does not hold — Llama 2 7B (ffn 11008: 5504, 2752 and
+# 1376 per rank at tp 2/4/8) and Yi 34B (hidden 7168) —, 2048 × 3 and 2048 × 7 tokens,
+# tp 2/4/8, the three site workloads, every decomposed tensor-parallel strategy with
+# chunked:2 to chunked:16, rank 0's schedule with stand-in none (the compute side) and
+# copy (a copy-engine copy of each transfer's size beside the GEMMs). Extra arguments go
+# to every `run` (a later protocol, say). Calling it twice, on two machines, gives the
+# spread between calls.
+set -uo pipefail
+R=/tmp/flashoverlap-heldout
+FO_DEFAULT_LIMIT_S=560
+. "$(dirname "$0")/device-common.sh"
+stamp() { echo "== [$(date +%T)] $*"; }
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version,power.limit --format=csv
+HW=hardware-profiles/measured/h200-measured.toml
+if [ -n "${FO_CLOCKS:-}" ]; then
+  stamp "clock settling (PyTorch GEMMs, nvidia-smi sampling)"
+  /opt/torch/.venv/bin/python scripts/device-h200-clocks.py "$R/clocks" | tail -n 1
+fi
+HS=sequential,chunked:2,chunked:4,chunked:8,chunked:16,flash,direct,permute-loop,permute-loop-bidir
+for si in none copy; do
+  stamp "held-out schedules, stand-in $si"
+  for m in llama-2-7b yi-34b; do for w in ag-gemm gemm-rs mlp; do for tp in 2 4 8; do
+    for b in 3 7; do
+      $B/flashoverlap run --hardware "$HW" --model models/hf/$m.json --workload $w --tp $tp \
+        --batch $b --seq 2048 --strategy $HS --emulate-rank 0 --stand-in $si --warmup 3 \
+        --repeats 10 --out "$R/ho-$si-$m-$w-tp$tp-b$b" --force "$@" | tail -n 1
+    done
+  done; done; done
+  $B/flashoverlap validate "$R"/ho-$si-* --hardware "$HW" --out "$R/validate-$si.json" \
+    --force | tail -n 2
+done
+stamp done

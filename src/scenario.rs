@@ -122,6 +122,18 @@ pub struct GemmParams {
     pub memory_efficiency: f64,
     /// Fixed cost per GEMM launch, seconds.
     pub launch: f64,
+    /// Other output tiles (rows × columns) the GEMM library can pick for a shape; the
+    /// model takes the fastest of `tile_m × tile_n` and these. Empty: that one tile.
+    pub alt_tiles: Vec<(u64, u64)>,
+    /// Bytes per second one SM can load (its share of L2/HBM when few SMs work): a tile's
+    /// K-loop streams its A and B slabs at most this fast. `None`: unbounded.
+    pub sm_load_bandwidth: Option<f64>,
+    /// Extra cost of a split-K GEMM (the reduction of its partial sums), seconds.
+    pub split_launch: f64,
+    /// Stream-K for a grid of more than one wave: the tiles' K-iterations spread evenly
+    /// over the SMs (fractional waves), paying this fraction more for the fix-up of
+    /// shared tiles. `None`: whole waves only.
+    pub stream_k_overhead: Option<f64>,
     /// GEMM times measured on the machine (by `flashoverlap calibrate`). When points of a
     /// GEMM's dtype exist, the model's time is scaled by the measured/model ratio
     /// interpolated from them (see [`crate::cost::gemm_cost`]); an exact shape gets its

@@ -133,6 +133,19 @@ pub struct GemmFile {
     pub k_half: f64,
     pub memory_efficiency: f64,
     pub launch_us: f64,
+    /// Other tiles `[[rows, cols], ...]` the GEMM library picks among (with `tile_m ×
+    /// tile_n`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alt_tiles: Vec<[i64; 2]>,
+    /// GB/s one SM can load (bounds small tiles and under-filled grids).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sm_load_gbps: Option<f64>,
+    /// Extra µs of a split-K GEMM (the reduction of its partial sums).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split_launch_us: Option<f64>,
+    /// Stream-K for grids over one wave: the fix-up cost as a fraction of the work.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_k_overhead: Option<f64>,
     /// Measured GEMM times (`[[gpu.gemm.measured]]`), written by `flashoverlap calibrate`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub measured: Vec<GemmPointFile>,

@@ -202,6 +202,28 @@ pub fn hardware_from_file(file: &str, h: HardwareFile) -> R<Hardware> {
                 g.gemm.memory_efficiency,
             )?,
             launch: non_negative_f(file, "gpu.gemm.launch_us", g.gemm.launch_us)? * 1e-6,
+            alt_tiles: g
+                .gemm
+                .alt_tiles
+                .iter()
+                .enumerate()
+                .map(|(i, [r, c])| {
+                    let key = |x: usize| format!("gpu.gemm.alt_tiles[{i}][{x}]");
+                    Ok((positive(file, &key(0), *r)?, positive(file, &key(1), *c)?))
+                })
+                .collect::<R<Vec<_>>>()?,
+            sm_load_bandwidth: match g.gemm.sm_load_gbps {
+                None => None,
+                Some(v) => Some(positive_f(file, "gpu.gemm.sm_load_gbps", v)? * 1e9),
+            },
+            split_launch: match g.gemm.split_launch_us {
+                None => 0.0,
+                Some(v) => non_negative_f(file, "gpu.gemm.split_launch_us", v)? * 1e-6,
+            },
+            stream_k_overhead: match g.gemm.stream_k_overhead {
+                None => None,
+                Some(v) => Some(non_negative_f(file, "gpu.gemm.stream_k_overhead", v)?),
+            },
             measured: g
                 .gemm
                 .measured

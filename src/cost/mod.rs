@@ -65,8 +65,23 @@ pub fn gemm_cost(
     let peak = peak(gpu, dtype)?;
     let mut c = model_cost(gpu, peak, m, n, k, dtype);
     if c.total > 0.0 && !gpu.gemm.measured.is_empty() {
-        c.correction = measured_correction(gpu, peak, m, n, k, dtype);
-        c.total *= c.correction;
+        let (correction, exact) = measured_correction(gpu, peak, m, n, k, dtype);
+        c.correction = correction;
+        // Interpolated time per FLOP carried far below the measured shapes would give a
+        // tiny GEMM less than a launch: no GEMM but a measured one beats its launch plus
+        // the roofline.
+        let bytes = (m as f64 * k as f64 + k as f64 * n as f64 + m as f64 * n as f64)
+            * dtype.bytes() as f64;
+        let floor = if exact {
+            0.0
+        } else {
+            gpu.gemm.launch
+                + (gemm_flops(m, n, k) / peak)
+                    .max(bytes / (gpu.hbm_bandwidth * gpu.gemm.memory_efficiency))
+        };
+        let total = (c.total * c.correction).max(floor);
+        c.correction = total / c.total;
+        c.total = total;
     }
     Ok(c)
 }
@@ -142,32 +157,75 @@ fn model_cost_on(
         };
     }
     let p = &gpu.gemm;
+    let mut best: Option<GemmCost> = None;
+    for (tm, tn) in std::iter::once((p.tile_m, p.tile_n)).chain(p.alt_tiles.iter().copied()) {
+        let c = tile_cost(gpu, sms, peak, m, n, k, dtype, tm, tn);
+        if best.is_none_or(|b| c.total < b.total) {
+            best = Some(c);
+        }
+    }
+    best.expect("at least the profile's tile")
+}
+
+/// [`model_cost_on`] with one output tile `tm × tn`.
+///
+/// Each work unit (a tile, or a K-part of one) runs on one SM at the per-SM peak times
+/// the efficiency of its K-loop, `efficiency · kf / (kf + k_half)`, or — with
+/// `sm_load_bandwidth` — no faster than the SM can load its A and B slabs
+/// (`(tm + tn) · kf` elements). Three schedules, the fastest taken (the library's
+/// heuristic picks near the best):
+/// - whole waves of tiles, `⌈tiles / SMs⌉` of them (wave quantization);
+/// - split-K on an under-filled GPU: K cut into `split` parts so `tiles · split` units
+///   fill the SMs; the fp32 partial sums are written and read back (8 B per element per
+///   part) and the reduction costs `split_launch`;
+/// - stream-K on a grid of more than one wave (`stream_k_overhead`): the K-iterations of
+///   all tiles spread evenly, `tiles / SMs` tiles' work per SM, that much more for the
+///   fix-up of shared tiles.
+///
+/// A, B and C move through HBM at least once at `memory_efficiency` (a roofline); a launch
+/// is added.
+#[allow(clippy::too_many_arguments)]
+fn tile_cost(
+    gpu: &GpuSpec,
+    sms: u64,
+    peak: f64,
+    m: u64,
+    n: u64,
+    k: u64,
+    dtype: DType,
+    tm: u64,
+    tn: u64,
+) -> GemmCost {
+    let p = &gpu.gemm;
     let sms = sms.max(1);
-    let tiles = m.div_ceil(p.tile_m).saturating_mul(n.div_ceil(p.tile_n));
+    let tiles = m.div_ceil(tm).saturating_mul(n.div_ceil(tn));
     let per_sm = peak / gpu.sm_count.max(1) as f64;
-    let base_bytes =
-        (m as f64 * k as f64 + k as f64 * n as f64 + m as f64 * n as f64) * dtype.bytes() as f64;
+    let elt = dtype.bytes() as f64;
+    let base_bytes = (m as f64 * k as f64 + k as f64 * n as f64 + m as f64 * n as f64) * elt;
     let bw = gpu.hbm_bandwidth * p.memory_efficiency;
-    // Split-K (cuBLAS's split-K / stream-K on an under-filled GPU): a GEMM with fewer
-    // tiles than SMs cuts K into `split` parts so `tiles · split` work units fill the
-    // SMs; each unit runs K/split (paying the short-K efficiency), and the fp32 partial
-    // sums are written and read back once each (8 B per element per part). The model
-    // takes the fastest split; a GEMM that fills the SMs keeps split 1 (and its waves).
+    // One unit's time over a K-loop of `kf`.
+    let unit = |kf: f64| {
+        let eff = p.efficiency * kf / (kf + p.k_half);
+        let compute = 2.0 * tm as f64 * tn as f64 * kf / (per_sm * eff);
+        match p.sm_load_bandwidth {
+            Some(l) => compute.max((tm + tn) as f64 * kf * elt / l),
+            None => compute,
+        }
+    };
     let max_split = (sms / tiles.max(1)).min(k / MIN_SPLIT_K).max(1);
     let mut best: Option<GemmCost> = None;
     for split in 1..=max_split {
         let units = tiles.saturating_mul(split);
         let waves = units.div_ceil(sms);
         let kf = k.div_ceil(split) as f64;
-        let eff = p.efficiency * kf / (kf + p.k_half);
-        let tile_flops = 2.0 * p.tile_m as f64 * p.tile_n as f64 * kf;
-        let compute = waves as f64 * tile_flops / (per_sm * eff);
+        let compute = waves as f64 * unit(kf);
         let partials = if split > 1 {
             8.0 * split as f64 * m as f64 * n as f64
         } else {
             0.0
         };
         let memory = (base_bytes + partials) / bw;
+        let extra = if split > 1 { p.split_launch } else { 0.0 };
         let c = GemmCost {
             tiles,
             units,
@@ -175,19 +233,47 @@ fn model_cost_on(
             compute,
             memory,
             correction: 1.0,
-            total: p.launch + compute.max(memory),
+            total: p.launch + extra + compute.max(memory),
         };
         if best.is_none_or(|b| c.total < b.total) {
             best = Some(c);
         }
     }
-    best.expect("at least split 1")
+    let mut best = best.expect("at least split 1");
+    if let Some(over) = p.stream_k_overhead
+        && tiles > sms
+        && tiles % sms != 0
+    {
+        let compute = tiles as f64 / sms as f64 * unit(k as f64) * (1.0 + over);
+        let memory = base_bytes / bw;
+        let total = p.launch + compute.max(memory);
+        if total < best.total {
+            best = GemmCost {
+                tiles,
+                units: sms,
+                waves: tiles.div_ceil(sms),
+                compute,
+                memory,
+                correction: 1.0,
+                total,
+            };
+        }
+    }
+    best
 }
 
 /// The shortest K a split-K part gets (a part shorter than this runs mostly prologue).
 const MIN_SPLIT_K: u64 = 256;
 
-fn measured_correction(gpu: &GpuSpec, peak: f64, m: u64, n: u64, k: u64, dtype: DType) -> f64 {
+/// The measured/model ratio at this shape, and whether it is a measured shape itself.
+fn measured_correction(
+    gpu: &GpuSpec,
+    peak: f64,
+    m: u64,
+    n: u64,
+    k: u64,
+    dtype: DType,
+) -> (f64, bool) {
     let at = [m as f64, n as f64, k as f64].map(f64::ln);
     let (mut num, mut den) = (0.0, 0.0);
     for p in gpu.gemm.measured.iter().filter(|p| p.dtype == dtype) {
@@ -205,17 +291,18 @@ fn measured_correction(gpu: &GpuSpec, peak: f64, m: u64, n: u64, k: u64, dtype: 
             .map(|(a, b)| (a - b) * (a - b))
             .sum();
         if d2 < 1e-18 {
-            return p.secs / model_cost(gpu, peak, m, n, k, dtype).total;
+            return (p.secs / model_cost(gpu, peak, m, n, k, dtype).total, true);
         }
         let w = 1.0 / (d2 * d2);
         num += w * lr;
         den += w;
     }
-    if den > 0.0 {
+    let r = if den > 0.0 {
         (num / den).exp() * gemm_flops(m, n, k) / model_cost(gpu, peak, m, n, k, dtype).total
     } else {
         1.0
-    }
+    };
+    (r, false)
 }
 
 /// Time of a GEMM, seconds. See [`gemm_cost`].
@@ -340,6 +427,10 @@ mod tests {
                 k_half: 0.0,
                 memory_efficiency: 0.9,
                 launch: 0.0,
+                alt_tiles: Vec::new(),
+                sm_load_bandwidth: None,
+                split_launch: 0.0,
+                stream_k_overhead: None,
                 measured: Vec::new(),
             },
             sustained_gemm_slowdown: None,
@@ -490,6 +581,60 @@ mod tests {
         assert!((far - tb).abs() < (far - ta).abs() && far > lo && far < hi);
         // Zero-sized GEMMs stay free.
         assert_eq!(gemm_time(&g, 0, 4096, 4096, DType::Bf16).unwrap(), 0.0);
+    }
+
+    /// Measured points far above a shape cannot carry it below its launch (a 512³ GEMM
+    /// was predicted in under 1 µs from the H200 grid's time per FLOP).
+    #[test]
+    fn measured_interpolation_never_goes_below_a_launch() {
+        let mut g = gpu();
+        g.gemm.launch = 4e-6;
+        g.gemm.measured = vec![GemmPoint {
+            dtype: DType::Bf16,
+            m: 8192,
+            n: 8192,
+            k: 8192,
+            secs: 1.4e-3,
+        }];
+        let t = gemm_time(&g, 512, 512, 512, DType::Bf16).unwrap();
+        assert!(t >= 4e-6, "{t}");
+        // The measured shape itself keeps its time.
+        let t = gemm_time(&g, 8192, 8192, 8192, DType::Bf16).unwrap();
+        assert!((t - 1.4e-3).abs() < 1e-12, "{t}");
+    }
+
+    /// A 1536 × 3072 output is 144 tiles of 128 × 256 (two waves on 132 SMs, the second
+    /// nearly empty); stream-K spreads the 144 tiles' work evenly, 1.09 tiles per SM; an
+    /// alternative tile is taken only where it is faster still.
+    #[test]
+    fn stream_k_and_alternative_tiles_take_the_fastest() {
+        let mut g = gpu();
+        let (m, n, k) = (1536, 3072, 4096);
+        let whole = gemm_cost(&g, m, n, k, DType::Bf16).unwrap();
+        assert_eq!(whole.waves, 2);
+        g.gemm.stream_k_overhead = Some(0.1);
+        let sk = gemm_cost(&g, m, n, k, DType::Bf16).unwrap();
+        // 144/132 · 1.1 = 1.2 units of work instead of 2.
+        assert!((sk.compute / whole.compute - 144.0 / 132.0 * 1.1 / 2.0).abs() < 1e-9);
+        g.gemm.alt_tiles = vec![(128, 128)];
+        let alt = gemm_cost(&g, m, n, k, DType::Bf16).unwrap();
+        assert!(alt.total <= sk.total);
+    }
+
+    /// A per-SM load bound slows a GEMM whose few tiles cannot pull their slabs fast
+    /// enough, and leaves a compute-bound one alone.
+    #[test]
+    fn sm_load_bandwidth_bounds_thin_gemms_only() {
+        let mut g = gpu();
+        let thin = gemm_time(&g, 512, 2048, 8192, DType::Bf16).unwrap();
+        let fat = gemm_time(&g, 8192, 8192, 8192, DType::Bf16).unwrap();
+        // A 128 × 256 tile does 2·128·256 FLOPs per (128 + 256) elements loaded: at
+        // 7.5 TFLOP/s per SM and efficiency 0.8 it needs about 47 GB/s; 20 GB/s binds.
+        // 32 tiles split 4 ways: 78 µs of loading against 25 µs of HBM traffic.
+        g.gemm.sm_load_bandwidth = Some(20e9);
+        assert!(gemm_time(&g, 512, 2048, 8192, DType::Bf16).unwrap() > 2.5 * thin);
+        g.gemm.sm_load_bandwidth = Some(400e9);
+        assert_eq!(gemm_time(&g, 8192, 8192, 8192, DType::Bf16).unwrap(), fat);
     }
 
     #[test]

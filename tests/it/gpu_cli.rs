@@ -273,15 +273,31 @@ fn calibrate_refits_saved_measurements_into_a_profile_the_simulator_reads() {
     );
     let toml: toml::Value = toml::from_str(&text).unwrap();
     let g = &toml["gpu"]["gemm"];
-    // The grid search finds the generating parameters.
+    // The pattern search comes close to the generating parameters (stream-K and the
+    // per-SM load bound, absent from the data, fitted out of the way) and says how close.
     assert!(
-        (g["efficiency"].as_float().unwrap() - 0.7).abs() < 1e-9,
+        (g["efficiency"].as_float().unwrap() - 0.7).abs() < 0.02,
         "{g}"
     );
     assert!(
-        (g["k_half"].as_float().unwrap() - 256.0).abs() < 1e-9,
+        (g["k_half"].as_float().unwrap() - 256.0).abs() < 32.0,
         "{g}"
     );
+    let line = text
+        .lines()
+        .find(|l| l.contains("median error"))
+        .unwrap_or_default();
+    let pct = |key: &str| -> f64 {
+        let at = line.find(key).unwrap() + key.len();
+        line[at..]
+            .split('%')
+            .next()
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    assert!(pct("median error") < 0.5 && pct("worst") < 2.0, "{line}");
     assert_eq!(g["measured"].as_array().unwrap().len(), 12);
     assert_eq!(toml["gpu"]["name"].as_str(), Some("Test GPU"));
     // The copy (0.5 ms alone) ended 0.5 ms after the 1 ms GEMM beside it: it waited for

@@ -11,7 +11,7 @@
 # chunked:2 to chunked:16, rank 0's schedule with stand-in none (the compute side) and
 # copy (a copy-engine copy of each transfer's size beside the GEMMs). Extra arguments go
 # to every `run` (a later protocol, say). Calling it twice, on two machines, gives the
-# spread between calls.
+# spread between calls. Before the set: the GEMM+copy case of issue 23 from its plan file.
 set -uo pipefail
 R=/tmp/flashoverlap-heldout
 FO_DEFAULT_LIMIT_S=560
@@ -23,6 +23,9 @@ if [ -n "${FO_CLOCKS:-}" ]; then
   stamp "clock settling (PyTorch GEMMs, nvidia-smi sampling)"
   /opt/torch/.venv/bin/python scripts/device-h200-clocks.py "$R/clocks" | tail -n 1
 fi
+stamp "GEMMs beside copies (plans/gemms-beside-copies.toml)"
+$B/flashoverlap run --plan plans/gemms-beside-copies.toml --hardware "$HW" --warmup 3 \
+  --repeats 10 --out "$R/plan-gemms-beside-copies" --force | tail -n 2
 HS=sequential,chunked:2,chunked:4,chunked:8,chunked:16,flash,direct,permute-loop,permute-loop-bidir
 for si in none copy; do
   stamp "held-out schedules, stand-in $si"

@@ -5,7 +5,7 @@
 //! measurements needs no GPU.
 
 use super::Error;
-use super::run::{RecordedRun, plan_for};
+use super::run::RecordedRun;
 use crate::config::files::{GemmPointFile, HardwareFile, InterferenceFile};
 use crate::config::{self, PresetKind};
 use crate::cost;
@@ -56,9 +56,8 @@ pub fn run_shapes(dirs: &[PathBuf], hardware: &str) -> Result<Vec<(u64, u64, u64
     for dir in dirs {
         let rec = RecordedRun::read(dir)?;
         let sc = rec.scenario(hardware, rec.file.scenario.interference)?;
-        let emulate = rec.emulate()?;
-        for strategy in &sc.strategies {
-            let plan = plan_for(&sc, *strategy, emulate)?;
+        for label in rec.labels()? {
+            let plan = rec.plan(&sc, &label)?;
             for o in &plan.ops {
                 if let crate::plan::OpKind::Gemm {
                     m,

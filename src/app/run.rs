@@ -28,6 +28,42 @@ pub struct Request {
     pub gpu: GpuOptions,
     /// In a multi-process run: one NCCL unique id per strategy ([`process_ids`]).
     pub ids: Vec<[u8; 128]>,
+    /// A plan of the user's (`run --plan FILE`) to run instead of the strategies.
+    pub plan: Option<PlanRecord>,
+}
+
+/// A user's plan file as a run records it (in `run.json`, so `validate` rebuilds it).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PlanRecord {
+    /// The file's name as given (its extension says TOML or JSON).
+    pub file: String,
+    pub text: String,
+}
+
+/// What a run of a user's plan is called in its outputs (`measured-plan.json`).
+pub const PLAN_LABEL: &str = "plan";
+
+impl PlanRecord {
+    /// Read the plan file at `path`.
+    pub fn read(path: &Path) -> Result<PlanRecord, Error> {
+        let src = config::plan_file::read(path).map_err(Error::input)?;
+        Ok(PlanRecord {
+            file: src.name,
+            text: src.text,
+        })
+    }
+
+    /// The plan, with buffers for the GPU executor.
+    pub fn build(&self) -> Result<Plan, Error> {
+        let src = config::Source {
+            name: self.file.clone(),
+            text: self.text.clone(),
+            dir: None,
+        };
+        Ok(config::plan_file::load(&src, true)
+            .map_err(Error::input)?
+            .plan)
+    }
 }
 
 /// One strategy measured, with its prediction.
@@ -78,6 +114,9 @@ pub struct RunFile {
     /// Heater before each run, ms (absent in runs made before the heater existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub heat_ms: Option<f64>,
+    /// The user's plan that ran instead of the scenario's strategies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<PlanRecord>,
 }
 
 fn yes() -> bool {
@@ -137,6 +176,29 @@ impl RecordedRun {
         }
     }
 
+    /// What the run executed, in its order, as its outputs name them: the strategies, or
+    /// [`PLAN_LABEL`] for a user's plan.
+    pub fn labels(&self) -> Result<Vec<String>, Error> {
+        if self.file.plan.is_some() {
+            return Ok(vec![PLAN_LABEL.to_string()]);
+        }
+        Ok(self.strategies()?.iter().map(Strategy::to_string).collect())
+    }
+
+    /// The plan the run executed under `label` (one of [`RecordedRun::labels`]), rebuilt
+    /// on `sc`.
+    pub fn plan(&self, sc: &Scenario, label: &str) -> Result<Plan, Error> {
+        let emulate = self.emulate()?;
+        match &self.file.plan {
+            Some(p) => with_emulation(p.build()?, emulate),
+            None => {
+                let s = Strategy::parse(label)
+                    .map_err(|e| Error::input(FileError::new(&self.path, e)))?;
+                plan_for(sc, s, emulate)
+            }
+        }
+    }
+
     /// The strategies the run executed, in its order.
     pub fn strategies(&self) -> Result<Vec<Strategy>, Error> {
         self.file
@@ -155,6 +217,11 @@ pub fn plan_for(
     emulate: Option<(u32, StandIn)>,
 ) -> Result<Plan, Error> {
     let plan = strategy::build(sc, sc.workload, s).map_err(Error::run)?;
+    with_emulation(plan, emulate)
+}
+
+/// `plan`, or one rank of it with its transfers replaced by the stand-in.
+fn with_emulation(plan: Plan, emulate: Option<(u32, StandIn)>) -> Result<Plan, Error> {
     match emulate {
         Some((r, si)) => emulate_rank(&plan, r, si).map_err(Error::input),
         None => Ok(plan),
@@ -208,14 +275,26 @@ pub fn run(req: Request, log: &dyn Fn(&str)) -> Result<Report, Error> {
     }
     let peak = sc.hardware.gpu.peak(sc.dtype).unwrap_or(0.0);
     let mut out = Vec::new();
-    for (i, &s) in sc.strategies.iter().enumerate() {
-        let name = s.to_string();
-        let plan = plan_for(sc, s, req.emulate)?;
+    // The strategies' plans, or the user's (which has no reference to check against).
+    let items: Vec<(String, Option<Strategy>)> = match &req.plan {
+        Some(_) => vec![(PLAN_LABEL.to_string(), None)],
+        None => sc
+            .strategies
+            .iter()
+            .map(|&s| (s.to_string(), Some(s)))
+            .collect(),
+    };
+    for (i, (name, s)) in items.into_iter().enumerate() {
+        let plan = match (s, &req.plan) {
+            (Some(s), _) => plan_for(sc, s, req.emulate)?,
+            (None, Some(p)) => with_emulation(p.build()?, req.emulate)?,
+            (None, None) => unreachable!("an item is a strategy or the plan"),
+        };
         let mut o = req.gpu.clone();
         if let (Some(p), Some(id)) = (o.process.as_mut(), req.ids.get(i)) {
             p.id = *id;
         }
-        if req.emulate.is_some() {
+        if req.emulate.is_some() || req.plan.is_some() {
             o.check = None;
         }
         let r = gpu::run(&plan, &o).map_err(Error::run)?;
@@ -341,6 +420,7 @@ impl Report {
             transport: self.request.gpu.transport.name().to_string(),
             comparable: self.results.iter().all(|m| m.comparable),
             heat_ms: Some(self.request.gpu.heat_ms),
+            plan: self.request.plan.clone(),
         })
         .expect("run file serializes");
         s.push('\n');

@@ -177,3 +177,226 @@ impl Simulation {
         files
     }
 }
+
+/// A plan a user wrote (`simulate --plan FILE`), simulated on a scenario's hardware.
+pub struct PlanSimulation {
+    pub name: String,
+    /// The hardware profile's name (with its clocks).
+    pub hardware: String,
+    pub plan: crate::plan::Plan,
+    pub timeline: crate::timeline::Timeline,
+    pub metrics: crate::timeline::metrics::Metrics,
+    pub events: u64,
+    /// Whether the interference model ran.
+    pub interference: bool,
+}
+
+/// Errors of [`run_plan`].
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("plan `{name}` has {ranks} ranks; hardware `{hardware}` has {gpus} GPUs")]
+    TooManyRanks {
+        name: String,
+        ranks: u32,
+        hardware: String,
+        gpus: usize,
+    },
+    #[error("plan `{name}`: {source}")]
+    Sim {
+        name: String,
+        #[source]
+        source: crate::exec::sim::SimError,
+    },
+}
+
+/// Read the plan file `path` and simulate it on `sc`'s hardware (its clocks, transport
+/// and interference) with `opts`' event budget and stragglers.
+pub fn run_plan(
+    sc: &Scenario,
+    path: &std::path::Path,
+    opts: &Options,
+) -> Result<PlanSimulation, PlanError> {
+    let src = crate::config::plan_file::read(path)?;
+    let user = crate::config::plan_file::load(&src, false)?;
+    let gpus = sc.hardware.topology.gpu_count();
+    if user.plan.ranks as usize > gpus {
+        return Err(PlanError::TooManyRanks {
+            name: user.name,
+            ranks: user.plan.ranks,
+            hardware: sc.hardware.name.clone(),
+            gpus,
+        });
+    }
+    let sim = SimOptions {
+        record_links: true,
+        max_events: opts.max_events,
+        stragglers: opts.stragglers.clone(),
+        ..SimOptions::default()
+    }
+    .for_scenario(sc);
+    let interference = sim.interference.is_some();
+    let res = crate::exec::sim::simulate(&user.plan, &sc.hardware, &sim).map_err(|source| {
+        PlanError::Sim {
+            name: user.name.clone(),
+            source,
+        }
+    })?;
+    let peak = sc.hardware.gpu.peak(user.dtype).unwrap_or(0.0);
+    let timeline = crate::timeline::Timeline::predicted(
+        &user.name,
+        "plan",
+        &user.plan,
+        &sc.hardware.topology,
+        &res,
+        peak,
+    );
+    let metrics = crate::timeline::metrics::metrics(&timeline);
+    Ok(PlanSimulation {
+        name: user.name,
+        hardware: sc.hardware.name.clone(),
+        plan: user.plan,
+        timeline,
+        metrics,
+        events: res.events,
+        interference,
+    })
+}
+
+/// Per stream of a plan's timeline: (rank, name, ops, first start, last end, busy time).
+fn stream_rows(tl: &crate::timeline::Timeline) -> Vec<(u32, String, usize, f64, f64, f64)> {
+    let mut rows: Vec<(u32, String, usize, f64, f64, f64)> = tl
+        .streams
+        .iter()
+        .map(|s| (s.rank, s.name.clone(), 0, f64::INFINITY, 0.0, 0.0))
+        .collect();
+    let mut spans: Vec<Vec<(f64, f64)>> = vec![Vec::new(); tl.streams.len()];
+    for s in &tl.spans {
+        if let crate::timeline::Lane::Stream(st) = s.lane {
+            let r = &mut rows[st as usize];
+            r.2 += 1;
+            r.3 = r.3.min(s.start);
+            r.4 = r.4.max(s.end);
+            spans[st as usize].push((s.start, s.end));
+        }
+    }
+    for (r, mut sp) in rows.iter_mut().zip(spans) {
+        sp.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let (mut busy, mut cur): (f64, Option<(f64, f64)>) = (0.0, None);
+        for (a, b) in sp {
+            cur = match cur {
+                Some((s, e)) if a <= e => Some((s, e.max(b))),
+                Some((s, e)) => {
+                    busy += e - s;
+                    Some((a, b))
+                }
+                None => Some((a, b)),
+            };
+        }
+        if let Some((s, e)) = cur {
+            busy += e - s;
+        }
+        r.5 = busy;
+        if r.2 == 0 {
+            r.3 = 0.0;
+        }
+    }
+    rows
+}
+
+impl PlanSimulation {
+    /// The table `simulate --plan` prints: the headline figures and each stream's span.
+    pub fn table(&self) -> String {
+        let m = &self.metrics;
+        let us = |s: f64| s * 1e6;
+        let mut t = format!(
+            "plan `{}` on {} ({} ranks, {} streams, {} ops; interference {})\n\
+             makespan {:.1} us; critical rank {}: compute {:.1} us, communication {:.1} us, exposed {:.1} us\n",
+            self.name,
+            self.hardware,
+            self.plan.ranks,
+            self.plan.streams.len(),
+            self.plan.ops.len(),
+            if self.interference { "on" } else { "off" },
+            us(m.makespan),
+            m.critical_rank,
+            us(m.compute),
+            us(m.comm),
+            us(m.exposed_comm),
+        );
+        t.push_str(&format!(
+            "{:<6} {:<16} {:>6} {:>14} {:>14} {:>14}\n",
+            "rank", "stream", "ops", "first (us)", "last end (us)", "busy (us)"
+        ));
+        for (rank, name, ops, first, last, busy) in stream_rows(&self.timeline) {
+            t.push_str(&format!(
+                "{rank:<6} {name:<16} {ops:>6} {:>14.1} {:>14.1} {:>14.1}\n",
+                us(first),
+                us(last),
+                us(busy)
+            ));
+        }
+        t
+    }
+
+    /// The JSON `simulate --plan --format json` prints.
+    pub fn json(&self) -> String {
+        let m = &self.metrics;
+        let streams: Vec<_> = stream_rows(&self.timeline)
+            .into_iter()
+            .map(|(rank, name, ops, first, last, busy)| {
+                serde_json::json!({
+                    "rank": rank, "stream": name, "ops": ops,
+                    "first_start_us": first * 1e6, "last_end_us": last * 1e6,
+                    "busy_us": busy * 1e6,
+                })
+            })
+            .collect();
+        let v = serde_json::json!({
+            "version": 1,
+            "plan": self.name,
+            "hardware": self.hardware,
+            "ranks": self.plan.ranks,
+            "ops": self.plan.ops.len(),
+            "events": self.events,
+            "interference": self.interference,
+            "makespan_us": m.makespan * 1e6,
+            "critical_rank": m.critical_rank,
+            "compute_us": m.compute * 1e6,
+            "comm_us": m.comm * 1e6,
+            "exposed_comm_us": m.exposed_comm * 1e6,
+            "streams": streams,
+        });
+        let mut s = serde_json::to_string_pretty(&v).unwrap_or_default();
+        s.push('\n');
+        s
+    }
+
+    /// The Chrome trace of the plan's timeline (with its messages as arrows).
+    pub fn trace_of(&self, filter: &crate::trace::TraceFilter) -> String {
+        let input = crate::trace::TraceInput {
+            timeline: &self.timeline,
+            plan: Some(&self.plan),
+            comm_sms: None,
+        };
+        crate::trace::chrome_trace_filtered(&[input], filter)
+    }
+
+    /// The files of `simulate --plan --out`: results.json, table.txt, trace.json and
+    /// timeline-plan.json.
+    pub fn out_files(&self) -> Vec<(String, String)> {
+        vec![
+            ("results.json".to_string(), self.json()),
+            ("table.txt".to_string(), self.table()),
+            (
+                "trace.json".to_string(),
+                self.trace_of(&crate::trace::TraceFilter::default()),
+            ),
+            (
+                "timeline-plan.json".to_string(),
+                crate::timeline::file::to_json(&self.timeline),
+            ),
+        ]
+    }
+}

@@ -4,7 +4,7 @@
 //! profile); otherwise the predictions saved beside the measurements are compared.
 //! Needs no GPU.
 
-use super::run::{RecordedRun, plan_for, predict_as_executed, stem};
+use super::run::{RecordedRun, predict_as_executed, stem};
 use super::{Error, read_timeline};
 use crate::timeline::Timeline;
 use crate::validate::{Comparison, compare, spread_pct, summarize};
@@ -97,15 +97,13 @@ pub fn compare_dir(dir: &Path, hardware: Option<&str>, interference: bool) -> Re
     let sc = hardware
         .map(|h| rec.scenario(h, interference))
         .transpose()?;
-    let emulate = rec.emulate()?;
     let (repeats, back_to_back) = recorded_repeats(dir);
-    for strategy in rec.strategies()? {
-        let label = strategy.to_string();
+    for label in rec.labels()? {
         let mut measured = read_timeline(&dir.join(format!("measured-{}.json", stem(&label))))?;
         measured.scenario = case.clone();
         let mut predicted = match &sc {
             Some(sc) => {
-                let plan = plan_for(sc, strategy, emulate)?;
+                let plan = rec.plan(sc, &label)?;
                 let t = predict_as_executed(sc, &case, &label, &plan, None)?;
                 out.predictions.push((stem(&label), t.clone()));
                 t

@@ -122,12 +122,22 @@ pub fn run(a: Args) -> Result<(), CliError> {
         ids = v;
     }
     let process = gpu.process;
+    let plan = match &a.sim.plan {
+        Some(p) => Some(app::PlanRecord::read(p).map_err(from_app)?),
+        None => None,
+    };
+    if plan.is_some() && a.world.is_some() {
+        return Err(CliError::input(
+            "--plan runs in one process (all ranks on the GPUs present); it does not combine with --world",
+        ));
+    }
     let req = app::Request {
         scenario,
         file,
         emulate,
         gpu,
         ids,
+        plan,
     };
     let report = app::run(req, &|line| eprintln!("{line}")).map_err(from_app)?;
     if let Some(pr) = process.filter(|p| p.rank != 0) {

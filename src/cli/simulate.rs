@@ -17,6 +17,16 @@ pub struct Args {
     /// Scenario preset name or TOML file.
     #[arg(long, default_value = "default")]
     pub scenario: String,
+    /// A plan of your own (TOML, or JSON by its .json name): ranks, streams, ops with
+    /// shapes and bytes, dependencies, sends and receives; run on the scenario's hardware
+    /// instead of its workload and strategies (the format: README, "Plans of your own").
+    #[arg(long, value_name = "FILE", conflicts_with_all = [
+        "model", "workload", "tp", "dp", "ulysses", "pp", "pp_schedule", "rank_order",
+        "recompute", "zero", "allow_oom", "batch", "seq", "micro_batches", "dtype", "sites",
+        "strategies", "samples", "seed", "compute_jitter", "comm_jitter",
+        "jitter_distribution",
+    ])]
+    pub plan: Option<PathBuf>,
     /// Model preset name or TOML file (overrides the scenario's).
     #[arg(long)]
     pub model: Option<String>,
@@ -258,20 +268,9 @@ pub enum Clocks {
 
 pub fn run(a: Args) -> Result<(), CliError> {
     let sc = scenario(&a)?;
-    let stragglers = a
-        .stragglers
-        .iter()
-        .map(|s| crate::scenario::Straggler::parse(s))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| CliError::input(format!("--straggler: {e}")))?;
-    // The same rank or link twice would multiply its factors silently.
-    for (i, s) in stragglers.iter().enumerate() {
-        if let Some(j) = stragglers[..i].iter().position(|t| t.target == s.target) {
-            return Err(CliError::input(format!(
-                "--straggler: the same target twice (`{}` and `{}`); give each rank or link once, with its whole factor",
-                a.stragglers[j], a.stragglers[i]
-            )));
-        }
+    let stragglers = stragglers(&a)?;
+    if let Some(path) = &a.plan {
+        return run_plan(&a, &sc, path, stragglers);
     }
     let jitter = jitter_params(&a, &sc)?;
     let samples = jitter.map(|p| (p, a.samples, a.seed));
@@ -296,23 +295,9 @@ pub fn run(a: Args) -> Result<(), CliError> {
                 sim.scenario.workload.name()
             )));
         }
-        let text = sim.trace_of(&filter);
-        let bytes = if path.extension().is_some_and(|e| e == "gz") {
-            crate::io::gzip(text.as_bytes())
-        } else {
-            text.into_bytes()
-        };
-        write_atomic(path, &bytes, a.force).map_err(CliError::output)?;
+        write_trace(path, sim.trace_of(&filter), a.force)?;
     }
-    if let Some(dir) = &a.out {
-        std::fs::create_dir_all(dir).map_err(|source| {
-            CliError::output(crate::io::OutputError::Write {
-                path: dir.display().to_string(),
-                source,
-            })
-        })?;
-        crate::io::write_set(dir, &sim.out_files(), a.force).map_err(CliError::output)?;
-    }
+    write_out(&a, &sim.out_files())?;
     if let Some(path) = &a.plot {
         let title = table.lines().next().unwrap_or("timeline").to_string();
         let timelines: Vec<_> = sim.run.runs.iter().map(|r| &r.timeline).collect();
@@ -323,6 +308,86 @@ pub fn run(a: Args) -> Result<(), CliError> {
         Format::Json => super::stdout(&json)?,
     }
     Ok(())
+}
+
+/// `simulate --plan FILE`: the user's plan on the scenario's hardware.
+fn run_plan(
+    a: &Args,
+    sc: &Scenario,
+    path: &std::path::Path,
+    stragglers: Vec<crate::scenario::Straggler>,
+) -> Result<(), CliError> {
+    let filter = trace_filter(a)?;
+    if filter.scope.is_some() {
+        return Err(CliError::input(format!(
+            "--trace-window `{}`: a plan file records no layers or micro-batches; use START:END in µs",
+            a.trace_window.as_deref().unwrap_or("")
+        )));
+    }
+    let opts = app::Options {
+        max_events: a.max_events,
+        stragglers,
+        ..app::Options::default()
+    };
+    let sim = app::run_plan(sc, path, &opts).map_err(|e| match e {
+        app::PlanError::Sim { .. } => CliError::run(e),
+        e => CliError::input(e),
+    })?;
+    let table = sim.table();
+    if let Some(p) = &a.trace {
+        write_trace(p, sim.trace_of(&filter), a.force)?;
+    }
+    write_out(a, &sim.out_files())?;
+    if let Some(p) = &a.plot {
+        let title = table.lines().next().unwrap_or("timeline").to_string();
+        super::plot::simulate_plot(p, &title, &[&sim.timeline], a.force)?;
+    }
+    match a.format {
+        Format::Table => super::stdout(&table),
+        Format::Json => super::stdout(&sim.json()),
+    }
+}
+
+/// A trace's text to `path` (gzip-compressed when it ends in .gz).
+fn write_trace(path: &std::path::Path, text: String, force: bool) -> Result<(), CliError> {
+    let bytes = if path.extension().is_some_and(|e| e == "gz") {
+        crate::io::gzip(text.as_bytes())
+    } else {
+        text.into_bytes()
+    };
+    write_atomic(path, &bytes, force).map_err(CliError::output)
+}
+
+/// The `--out` folder's files, whole or not at all.
+fn write_out(a: &Args, files: &[(String, String)]) -> Result<(), CliError> {
+    let Some(dir) = &a.out else { return Ok(()) };
+    std::fs::create_dir_all(dir).map_err(|source| {
+        CliError::output(crate::io::OutputError::Write {
+            path: dir.display().to_string(),
+            source,
+        })
+    })?;
+    crate::io::write_set(dir, files, a.force).map_err(CliError::output)
+}
+
+/// The `--straggler` flags, each target once.
+fn stragglers(a: &Args) -> Result<Vec<crate::scenario::Straggler>, CliError> {
+    let stragglers = a
+        .stragglers
+        .iter()
+        .map(|s| crate::scenario::Straggler::parse(s))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| CliError::input(format!("--straggler: {e}")))?;
+    // The same rank or link twice would multiply its factors silently.
+    for (i, s) in stragglers.iter().enumerate() {
+        if let Some(j) = stragglers[..i].iter().position(|t| t.target == s.target) {
+            return Err(CliError::input(format!(
+                "--straggler: the same target twice (`{}` and `{}`); give each rank or link once, with its whole factor",
+                a.stragglers[j], a.stragglers[i]
+            )));
+        }
+    }
+    Ok(stragglers)
 }
 
 /// `--trace-window` and `--trace-ranks` (which need `--trace`).

@@ -7,6 +7,7 @@
 pub mod files;
 pub mod hf;
 pub mod overrides;
+pub mod plan_file;
 mod presets;
 pub(crate) mod validate;
 

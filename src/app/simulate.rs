@@ -311,11 +311,12 @@ impl PlanSimulation {
         let m = &self.metrics;
         let us = |s: f64| s * 1e6;
         let mut t = format!(
-            "plan `{}` on {} ({} ranks, {} streams, {} ops; interference {})\n\
+            "plan `{}` on {} ({} rank{}, {} streams, {} ops; interference {})\n\
              makespan {:.1} us; critical rank {}: compute {:.1} us, communication {:.1} us, exposed {:.1} us\n",
             self.name,
             self.hardware,
             self.plan.ranks,
+            if self.plan.ranks == 1 { "" } else { "s" },
             self.plan.streams.len(),
             self.plan.ops.len(),
             if self.interference { "on" } else { "off" },
@@ -354,6 +355,7 @@ impl PlanSimulation {
             })
             .collect();
         let v = serde_json::json!({
+            "format": "flashoverlap-plan-results",
             "version": 1,
             "plan": self.name,
             "hardware": self.hardware,

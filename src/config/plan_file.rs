@@ -713,3 +713,214 @@ impl Buffers {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::sim::{SimOptions, simulate};
+
+    fn src(text: &str) -> Source {
+        Source {
+            name: "p.toml".into(),
+            text: text.into(),
+            dir: None,
+        }
+    }
+
+    fn plan(text: &str) -> R<UserPlan> {
+        load(&src(text), false)
+    }
+
+    fn err(text: &str) -> String {
+        plan(text).unwrap_err().to_string()
+    }
+
+    const EXAMPLE: &str = include_str!("../../plans/gemms-beside-copies.toml");
+
+    #[test]
+    fn the_example_builds_twenty_ops_on_two_streams() {
+        for dataflow in [false, true] {
+            let p = load(&src(EXAMPLE), dataflow).unwrap();
+            assert_eq!(p.name, "gemms beside copies");
+            assert_eq!((p.plan.ranks, p.plan.streams.len(), p.plan.ops.len()), (1, 2, 20));
+            assert_eq!(p.plan.has_dataflow(), dataflow);
+            let copy = p.plan.streams.iter().find(|s| s.name == "copy").unwrap();
+            assert_eq!(copy.kind, StreamKind::Comm);
+        }
+        // With data flow, ops of one shape share their buffers: a, b, c and the copy's
+        // source and destination.
+        let p = load(&src(EXAMPLE), true).unwrap();
+        assert_eq!(p.plan.buffers.len(), 5);
+    }
+
+    /// Closed form: rank 0 computes a GEMM and sends its output; rank 1 receives it, then
+    /// computes; with no interference the makespan is GEMM + message + GEMM.
+    #[test]
+    fn a_two_rank_pipeline_takes_gemm_message_gemm() {
+        let text = r#"
+            version = 1
+            [[op]]
+            name = "g0"
+            kind = "gemm"
+            m = 4096
+            n = 4096
+            k = 4096
+            [[op]]
+            kind = "send"
+            to = 1
+            bytes = "32MiB"
+            after = ["g0"]
+            [[op]]
+            name = "r"
+            rank = 1
+            kind = "recv"
+            from = 0
+            bytes = "32MiB"
+            [[op]]
+            rank = 1
+            kind = "gemm"
+            m = 4096
+            n = 4096
+            k = 4096
+            after = ["r"]
+        "#;
+        let p = plan(text).unwrap();
+        assert_eq!(p.plan.ranks, 2);
+        let hw = crate::config::load_hardware("h100-sxm-8", None).unwrap();
+        let r = simulate(&p.plan, &hw, &SimOptions::default()).unwrap();
+        let gemm = crate::cost::gemm_time(&hw.gpu, 4096, 4096, 4096, DType::Bf16).unwrap();
+        let end = r.times.iter().map(|t| t.end).fold(0.0, f64::max);
+        let send = r.times[1];
+        // The send starts when the first GEMM ends; the second GEMM starts when the
+        // message has arrived and lasts a GEMM.
+        assert!((send.start - gemm).abs() < 1e-12, "{send:?} {gemm}");
+        let second = r.times[3];
+        assert!((second.start - r.times[2].end).abs() < 1e-12);
+        assert!((end - second.start - gemm).abs() < 1e-12);
+        assert!(r.times[2].end > gemm, "the message takes time");
+    }
+
+    #[test]
+    fn sends_match_receives_in_file_order_or_by_tag() {
+        let text = r#"
+            version = 1
+            [[op]]
+            kind = "send"
+            to = 1
+            bytes = 1024
+            repeat = 3
+            [[op]]
+            rank = 1
+            kind = "recv"
+            from = 0
+            bytes = 1024
+            repeat = 3
+            [[op]]
+            rank = 1
+            kind = "send"
+            to = 0
+            bytes = 64
+            tag = 77
+            [[op]]
+            kind = "recv"
+            from = 1
+            bytes = 64
+            tag = 77
+        "#;
+        let p = plan(text).unwrap();
+        assert_eq!(p.plan.ops.len(), 8);
+        // A receive that no send matches is the plan validation's error, naming the file.
+        let lonely = r#"
+            version = 1
+            [[op]]
+            rank = 1
+            kind = "recv"
+            from = 0
+            bytes = 64
+        "#;
+        let e = err(lonely);
+        assert!(e.starts_with("p.toml:"), "{e}");
+    }
+
+    #[test]
+    fn bad_plans_name_the_key_and_value() {
+        let one = |op: &str| format!("version = 1\n[[op]]\n{op}\n");
+        for (text, want) in [
+            (one("kind = \"conv\""), "op[0].kind` = \"conv\""),
+            (one("kind = \"copy\"\nbytes = 64\nm = 3"), "op[0].m"),
+            (one("kind = \"gemm\"\nm = 1\nn = 1"), "op[0].k"),
+            (one("kind = \"gemm\"\nm = 0\nn = 1\nk = 1"), "op[0].m` = 0"),
+            (one("kind = \"copy\"\nbytes = \"lots\""), "\"lots\""),
+            (one("kind = \"send\"\nto = 0\nbytes = 8"), "op's own rank"),
+            (one("kind = \"copy\"\nbytes = 8\nrepeat = 0"), "op[0].repeat"),
+            (one("kind = \"copy\"\nbytes = 8\nafter = [\"x\"]"), "names no op"),
+            (
+                one("kind = \"attention\"\nheads = 8\nseq_q = 512\nseq_kv = 256\nhead_dim = 128"),
+                "at least seq_q",
+            ),
+            ("version = 2\n[[op]]\nkind = \"copy\"\nbytes = 8\n".into(), "version 2"),
+            ("version = 1\n".into(), "at least one op"),
+            (
+                "version = 1\nranks = 1\n[[op]]\nkind = \"send\"\nto = 3\nbytes = 8\n".into(),
+                "rank 3",
+            ),
+            (
+                "version = 1\n[[op]]\nkind = \"copy\"\nbytes = 8\nafter = [\"later\"]\n\
+                 [[op]]\nname = \"later\"\nkind = \"copy\"\nbytes = 8\n"
+                    .into(),
+                "later in the file",
+            ),
+            (
+                "version = 1\n[[op]]\nname = \"a\"\nkind = \"copy\"\nbytes = 8\n\
+                 [[op]]\nname = \"a\"\nkind = \"copy\"\nbytes = 8\n"
+                    .into(),
+                "given to two ops",
+            ),
+            (
+                "version = 1\n[[stream]]\nname = \"s\"\nkind = \"fast\"\n\
+                 [[op]]\nkind = \"copy\"\nbytes = 8\n"
+                    .into(),
+                "stream[0].kind",
+            ),
+            (
+                "version = 1\nbogus = 1\n[[op]]\nkind = \"copy\"\nbytes = 8\n".into(),
+                "bogus",
+            ),
+        ] {
+            let e = err(&text);
+            assert!(e.contains(want) && e.starts_with("p.toml"), "{want}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_gpu_form_refuses_what_the_executor_cannot_run() {
+        let att = "version = 1\n[[op]]\nkind = \"attention\"\nheads = 8\nseq_q = 512\nhead_dim = 128\n";
+        assert!(load(&src(att), false).is_ok());
+        let e = load(&src(att), true).unwrap_err().to_string();
+        assert!(e.contains("cannot run on the GPU"), "{e}");
+        let odd = "version = 1\n[[op]]\nkind = \"copy\"\nbytes = 7\n";
+        assert!(load(&src(odd), false).is_ok());
+        let e = load(&src(odd), true).unwrap_err().to_string();
+        assert!(e.contains("must be even"), "{e}");
+    }
+
+    #[test]
+    fn json_plans_read_like_toml() {
+        let j = Source {
+            name: "p.json".into(),
+            text: r#"{"version": 1, "op": [{"kind": "gemm", "m": "4k", "n": 1024, "k": 1024}]}"#
+                .into(),
+            dir: None,
+        };
+        let p = load(&j, false).unwrap();
+        assert!(matches!(p.plan.ops[0].kind, OpKind::Gemm { m: 4096, .. }));
+    }
+
+    #[test]
+    fn the_size_of_a_plan_is_bounded_before_it_is_built() {
+        let e = err("version = 1\n[[op]]\nkind = \"copy\"\nbytes = 8\nrepeat = 1000000000\n");
+        assert!(e.contains("at most"), "{e}");
+        let e = err("version = 1\nranks = 100000000\n[[op]]\nkind = \"copy\"\nbytes = 8\n");
+        assert!(e.contains("`ranks`"), "{e}");
+    }
+}

@@ -200,6 +200,21 @@ fn cases(d: &Path) -> Vec<Case> {
     let syntax = write(d, "syntax.toml", "model = \"default-block\"\nbatch = = 3\n");
     let typo = write(d, "typo.toml", &SCENARIO.replace("batch", "bacth"));
     let split_sc = write(d, "split-sc.toml", &SCENARIO.replace("HW", &hw_split));
+    let plan_bad_key = write(
+        d,
+        "plan-key.toml",
+        "version = 1\n[[op]]\nkind = \"copy\"\nbytes = \"1GiB\"\nm = 8\n",
+    );
+    let plan_after = write(
+        d,
+        "plan-after.toml",
+        "version = 1\n[[op]]\nkind = \"gemm\"\nm = 64\nn = 64\nk = 64\nafter = [\"g\"]\n",
+    );
+    let plan_big = write(
+        d,
+        "plan-big.toml",
+        "version = 1\n[[op]]\nrank = 99\nkind = \"copy\"\nbytes = 64\n",
+    );
     vec![
         Case {
             name: "missing file",
@@ -854,6 +869,43 @@ fn cases(d: &Path) -> Vec<Case> {
             args: vec![s("run"), s("--tp"), s("2"), s("--back-to-back")],
             code: 2,
             says: vec![s("--back-to-back"), s("2 ranks"), s("--emulate-rank")],
+        },
+        Case {
+            name: "plan: a key that means nothing for the op's kind",
+            args: sim(&["--plan", &plan_bad_key]),
+            code: 2,
+            says: vec![plan_bad_key.clone(), s("op[0].m"), s("copy op")],
+        },
+        Case {
+            name: "plan: a dependency on no op",
+            args: sim(&["--plan", &plan_after]),
+            code: 2,
+            says: vec![plan_after.clone(), s("op[0].after"), s("\"g\""), s("names no op")],
+        },
+        Case {
+            name: "plan: more ranks than the hardware has GPUs",
+            args: sim(&["--plan", &plan_big]),
+            code: 2,
+            says: vec![s("100 ranks"), s("h100-sxm-8"), s("8 GPUs")],
+        },
+        Case {
+            name: "plan: a scenario flag beside --plan",
+            args: sim(&["--plan", &plan_big, "--tp", "2"]),
+            code: 2,
+            says: vec![s("--plan"), s("--tp")],
+        },
+        Case {
+            name: "plan: a layer window on a plan",
+            args: sim(&[
+                "--plan",
+                "plans/gemms-beside-copies.toml",
+                "--trace",
+                "/tmp/never.json",
+                "--trace-window",
+                "layer=0-1",
+            ]),
+            code: 2,
+            says: vec![s("--trace-window"), s("plan file")],
         },
         Case {
             name: "unwritable trace path",

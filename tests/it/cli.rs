@@ -23,6 +23,44 @@ fn default_simulate_prints_the_table() {
     insta::assert_snapshot!("default_table", t);
 }
 
+/// A plan of the user's: the GEMM+copy case on the measured H200, its table and JSON; the
+/// copies (a side kernel on a `comm` stream) end after the GEMMs, which the copies slow.
+#[test]
+fn a_plan_file_simulates_on_the_hardware_given() {
+    let args = [
+        "simulate",
+        "--plan",
+        "plans/gemms-beside-copies.toml",
+        "--hardware",
+        "hardware-profiles/measured/h200-measured.toml",
+    ];
+    let t = stdout(&args);
+    insta::assert_snapshot!("plan_table", t);
+    let mut j = args.to_vec();
+    j.extend(["--format", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&j)).unwrap();
+    assert_eq!(v["format"], "flashoverlap-plan-results");
+    assert_eq!(v["ops"], 20);
+    let s = v["streams"].as_array().unwrap();
+    let end = |name: &str| {
+        s.iter().find(|x| x["stream"] == name).unwrap()["last_end_us"]
+            .as_f64()
+            .unwrap()
+    };
+    // Ten GEMMs of the profile's measured 8192³ time, slowed by the copies beside them.
+    let gemm = 10.0 * 1360.99;
+    assert!(end("compute") > 1.05 * gemm, "{}", end("compute"));
+    assert!(end("copy") > end("compute"));
+    // Outputs as for strategies: the folder holds the timeline of the plan.
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("o");
+    let mut o = args.to_vec();
+    o.extend(["--out", out.to_str().unwrap()]);
+    stdout(&o);
+    let tl = flashoverlap::app::read_timeline(&out.join("timeline-plan.json")).unwrap();
+    assert_eq!(tl.spans.len(), 20);
+}
+
 #[test]
 fn default_simulate_json() {
     let j = stdout(&["simulate", "--format", "json"]);

@@ -23,6 +23,15 @@ if [ -n "${FO_CLOCKS:-}" ]; then
   stamp "clock settling (PyTorch GEMMs, nvidia-smi sampling)"
   /opt/torch/.venv/bin/python scripts/device-h200-clocks.py "$R/clocks" | tail -n 1
 fi
+# FO_BASE=PROFILE: calibrate this machine first (a GPU the checked-in profile is not of,
+# an H100 say: FO_BASE=h100-sxm-8) and validate against that calibration instead.
+if [ -n "${FO_BASE:-}" ]; then
+  stamp "calibrate this machine on $FO_BASE (own/)"
+  mkdir -p "$R/own"
+  $B/flashoverlap calibrate --base "$FO_BASE" --name own --out "$R/own/own.toml" \
+    --repeats 3 --force | tail -n 1
+  HW=$R/own/own.toml
+fi
 stamp "GEMMs beside copies (plans/gemms-beside-copies.toml)"
 $B/flashoverlap run --plan plans/gemms-beside-copies.toml --hardware "$HW" --warmup 3 \
   --repeats 10 --out "$R/plan-gemms-beside-copies" --force | tail -n 2

@@ -721,6 +721,45 @@ pub struct Scenario {
     /// ZeRO stage of the data-parallel sharding of optimizer states (≥ 1), gradients
     /// (≥ 2) and weights (3), for the memory per GPU.
     pub zero: u8,
+    /// The clocks the hardware's GPU figures are at (already applied to `hardware`).
+    pub clocks: Clocks,
+}
+
+/// The clocks a prediction assumes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Clocks {
+    /// A rested GPU's, between short bursts (the profile's figures as `calibrate`
+    /// measures them).
+    #[default]
+    Burst,
+    /// A GPU held at its power limit's clocks, as in training (the profile's
+    /// `gpu.sustained_gemm_slowdown` applied to the compute side).
+    Sustained,
+}
+
+impl Clocks {
+    /// What a scenario file or flag may say: these two, or `auto`.
+    pub const NAMES: [&'static str; 3] = ["auto", "burst", "sustained"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Clocks::Burst => "burst",
+            Clocks::Sustained => "sustained",
+        }
+    }
+
+    /// `auto`: training's clocks (sustained) for the workloads a training step is made
+    /// of (`layer`, `step`) where the GPU's profile gives the sustained figure; burst
+    /// otherwise (the site workloads are what short validation runs time).
+    pub fn auto(workload: Workload, gpu: &GpuSpec) -> Clocks {
+        if matches!(workload, Workload::Layer | Workload::Step)
+            && gpu.sustained_gemm_slowdown.is_some()
+        {
+            Clocks::Sustained
+        } else {
+            Clocks::Burst
+        }
+    }
 }
 
 impl Scenario {

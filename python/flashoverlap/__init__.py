@@ -154,7 +154,7 @@ def simulate(
     scenario: str = "default",
     *,
     timelines: bool = False,
-    clocks: str = "burst",
+    clocks: Optional[str] = None,
     allow_oom: bool = False,
     model: Optional[str] = None,
     hardware: Optional[str] = None,
@@ -183,7 +183,9 @@ def simulate(
     is ``--site`` as a dict, ``interference=False`` is ``--no-interference``). Paths in
     the scenario file resolve against its folder, paths given here against the working
     directory. ``timelines=True`` also returns each strategy's timeline; ``clocks``:
-    ``"burst"`` (a rested GPU) or ``"sustained"`` (``--clocks sustained``). A layer or
+    ``"burst"`` (a rested GPU), ``"sustained"`` (at the power limit, as in training) or
+    ``"auto"`` (the default: sustained for ``layer`` and ``step`` where the profile gives
+    the figure, else burst), as ``--clocks``. A layer or
     step layout that does not fit in its GPUs' memory raises ``ValueError`` unless
     ``allow_oom=True`` (``--allow-oom``); ``Results.scenario["memory"]`` holds the
     memory per GPU."""
@@ -206,11 +208,12 @@ def simulate(
         interference=interference,
         recompute=recompute,
         zero=zero,
+        clocks=clocks,
         sites=sites,
         strategies=list(strategies) if isinstance(strategies, (list, tuple)) else strategies,
     )
     doc = json.loads(
-        _core.simulate(scenario, timelines, clocks, allow_oom, {k: v for k, v in kwargs.items() if v is not None})
+        _core.simulate(scenario, timelines, allow_oom, {k: v for k, v in kwargs.items() if v is not None})
     )
     tl = {k: Timeline(v) for k, v in doc.get("timelines", {}).items()}
     return Results(doc["results"], tl)

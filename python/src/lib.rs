@@ -77,6 +77,7 @@ fn overrides(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Overrides> {
             "pp_schedule" => o.pp_schedule = Some(text(arg, &v)?),
             "recompute" => o.recompute = Some(text(arg, &v)?),
             "zero" => o.zero = Some(int(arg, &v)?),
+            "clocks" => o.clocks = Some(text(arg, &v)?),
             "rank_order" => o.order = Some(text(arg, &v)?),
             "batch" => o.batch = Some(int(arg, &v)?),
             "seq" => o.seq = Some(int(arg, &v)?),
@@ -129,36 +130,22 @@ fn chain(e: &dyn std::error::Error) -> String {
 /// JSON of `{"results": <results.json>, "timelines": {strategy: <timeline file>}}`
 /// (timelines only when asked for).
 #[pyfunction]
-#[pyo3(signature = (scenario = "default", timelines = false, clocks = "burst", allow_oom = false, kwargs = None))]
+#[pyo3(signature = (scenario = "default", timelines = false, allow_oom = false, kwargs = None))]
 fn simulate(
     py: Python<'_>,
     scenario: &str,
     timelines: bool,
-    clocks: &str,
     allow_oom: bool,
     kwargs: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<String> {
-    use flashoverlap::app::simulate::{self as app, Clocks};
+    use flashoverlap::app::simulate as app;
     let o = overrides(kwargs)?;
-    let clocks = match clocks {
-        "burst" => Clocks::Burst,
-        "sustained" => Clocks::Sustained,
-        other => {
-            return Err(PyValueError::new_err(format!(
-                "argument (clocks): `{other}` is not one of burst, sustained"
-            )));
-        }
-    };
     let label = |key: &str| {
         let arg = config::overrides::argument_of(key);
         format!("argument ({arg})")
     };
-    let (sc, _) = app::scenario(scenario, &o, clocks, &label).map_err(|e| match e {
-        app::Error::NoSustainedClocks { .. } => {
-            PyValueError::new_err(format!("argument (clocks): `sustained`: {e}"))
-        }
-        e => PyValueError::new_err(chain(&e)),
-    })?;
+    let (sc, _) =
+        app::scenario(scenario, &o, &label).map_err(|e| PyValueError::new_err(chain(&e)))?;
     let opts = app::Options {
         allow_oom,
         ..app::Options::default()

@@ -28,6 +28,16 @@ def test_keyword_arguments_are_the_commands_flags():
     assert r.scenario["tokens"] == 4096
 
 
+def test_clocks_follow_the_workload_unless_given():
+    hw = os.path.join(os.path.dirname(__file__), "..", "..", "hardware-profiles", "measured", "h200-measured.toml")
+    args = dict(hardware=hw, model="llama-3-8b", tp=8, batch=2, seq=4096, strategies="flash")
+    assert fo.simulate(workload="layer", **args).scenario["clocks"] == "sustained"
+    assert fo.simulate(workload="layer", clocks="burst", **args).scenario["clocks"] == "burst"
+    assert fo.simulate(workload="mlp", **args).scenario["clocks"] == "burst"
+    with pytest.raises(ValueError, match=r"argument \(clocks\): key `clocks` = fast"):
+        fo.simulate(clocks="fast")
+
+
 def test_errors_carry_the_commands_messages():
     with pytest.raises(ValueError) as e:
         fo.simulate(tp=0)

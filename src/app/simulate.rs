@@ -10,16 +10,6 @@ use crate::report;
 use crate::scenario::{Scenario, Straggler, VariabilityParams};
 use crate::simulate::{self, RunError, ScenarioRun};
 
-/// Which clocks a prediction assumes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Clocks {
-    /// A rested GPU's (the profile's figures).
-    #[default]
-    Burst,
-    /// A GPU held at its power limit's clocks (the profile's sustained GEMM slowdown).
-    Sustained,
-}
-
 /// How a scenario runs besides what it is.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Options {
@@ -49,11 +39,6 @@ impl Default for Options {
 pub enum Error {
     #[error(transparent)]
     Config(#[from] ConfigError),
-    /// `Clocks::Sustained` on a profile without the sustained figures.
-    #[error(
-        "hardware profile `{hardware}` has no gpu.sustained_gemm_slowdown (`flashoverlap calibrate` measures it)"
-    )]
-    NoSustainedClocks { hardware: String },
     /// A layer or step layout that does not fit in its GPUs' memory.
     #[error(transparent)]
     OutOfMemory(#[from] crate::memory::OutOfMemory),
@@ -62,25 +47,13 @@ pub enum Error {
 }
 
 /// The scenario `scenario` names with `overrides` applied (`label(key)`: where a key was
-/// set, for errors), at `clocks`; and the file form it was built from.
+/// set, for errors; the clocks among them); and the file form it was built from.
 pub fn scenario(
     scenario: &str,
     overrides: &Overrides,
-    clocks: Clocks,
     label: &dyn Fn(&str) -> String,
 ) -> Result<(Scenario, ScenarioFile), Error> {
-    let (mut sc, f) = overrides.scenario(scenario, label)?;
-    if clocks == Clocks::Sustained {
-        let hw = &mut sc.hardware;
-        hw.gpu = hw
-            .gpu
-            .at_sustained_clocks()
-            .ok_or_else(|| Error::NoSustainedClocks {
-                hardware: hw.name.clone(),
-            })?;
-        hw.name = format!("{} at sustained clocks", hw.name);
-    }
-    Ok((sc, f))
+    Ok(overrides.scenario(scenario, label)?)
 }
 
 /// A scenario's runs and what reports them.

@@ -97,11 +97,14 @@ pub struct Args {
     #[arg(long)]
     pub no_interference: bool,
     /// GPU clocks to predict at: `burst` (the profile as given: a GPU between short
-    /// bursts, as `calibrate` measures) or `sustained` (at its power limit under
-    /// sustained load, as in training: the compute side of GEMMs and attention slowed by
-    /// the profile's `gpu.sustained_gemm_slowdown`).
-    #[arg(long, value_enum, default_value_t = Clocks::Burst)]
-    pub clocks: Clocks,
+    /// bursts, as `calibrate` measures), `sustained` (at its power limit under sustained
+    /// load, as in training: the compute side of GEMMs and attention slowed by the
+    /// profile's `gpu.sustained_gemm_slowdown`) or `auto` (sustained for workloads
+    /// `layer` and `step` where the profile gives the figure, else burst). Default: the
+    /// scenario's `clocks` (auto). Under `run`, sustained also holds the GPUs under the
+    /// schedule's own load until their clocks settle before timing.
+    #[arg(long, value_enum)]
+    pub clocks: Option<Clocks>,
     /// Node count of a multi-node hardware profile (e.g. dgx-h100).
     #[arg(long, value_parser = parse_count)]
     pub nodes: Option<i64>,
@@ -243,27 +246,32 @@ pub fn scenario_and_file(
         interference: a.no_interference.then_some(false),
         recompute: a.recompute.clone(),
         zero: a.zero,
+        clocks: a.clocks.map(|c| c.name().to_string()),
         sites,
         strategies: (!a.strategies.is_empty()).then(|| a.strategies.clone()),
     };
-    let clocks = match a.clocks {
-        Clocks::Burst => app::Clocks::Burst,
-        Clocks::Sustained => app::Clocks::Sustained,
-    };
-    app::scenario(&a.scenario, &o, clocks, &|key| {
+    app::scenario(&a.scenario, &o, &|key| {
         format!("command line ({})", config::overrides::flag_of(key))
     })
-    .map_err(|e| match e {
-        app::Error::NoSustainedClocks { .. } => CliError::input(format!("--clocks sustained: {e}")),
-        e => CliError::input(e),
-    })
+    .map_err(CliError::input)
 }
 
 /// Which clocks a prediction assumes (see `--clocks`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Clocks {
+    Auto,
     Burst,
     Sustained,
+}
+
+impl Clocks {
+    fn name(self) -> &'static str {
+        match self {
+            Clocks::Auto => "auto",
+            Clocks::Burst => "burst",
+            Clocks::Sustained => "sustained",
+        }
+    }
 }
 
 pub fn run(a: Args) -> Result<(), CliError> {

@@ -315,6 +315,18 @@ pub struct ScenarioFile {
     /// ZeRO stage (0–3) of the data-parallel sharding, for the memory per GPU.
     #[serde(default = "zero_3", skip_serializing_if = "is_three")]
     pub zero: i64,
+    /// GPU clocks to predict at: `auto` (sustained for layer and step workloads where the
+    /// profile gives the figure, else burst), `burst` or `sustained`.
+    #[serde(default = "clocks_auto", skip_serializing_if = "is_auto")]
+    pub clocks: String,
+}
+
+fn clocks_auto() -> String {
+    "auto".into()
+}
+
+fn is_auto(v: &str) -> bool {
+    v == "auto"
 }
 
 fn recompute_none() -> String {

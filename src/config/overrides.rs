@@ -29,6 +29,8 @@ pub struct Overrides {
     pub interference: Option<bool>,
     pub recompute: Option<String>,
     pub zero: Option<i64>,
+    /// `auto`, `burst` or `sustained`.
+    pub clocks: Option<String>,
     /// Per-site strategies, added to the file's `[sites]`.
     pub sites: Vec<(String, String)>,
     pub strategies: Option<Vec<String>>,
@@ -37,7 +39,7 @@ pub struct Overrides {
 /// Each field of [`Overrides`]: (its argument name as the Python package takes it, the
 /// scenario file's key it sets, the command-line flag that sets it), in the order
 /// [`Overrides::apply`] sets them. The one list the front ends name fields from.
-pub const FIELDS: [(&str, &str, &str); 20] = [
+pub const FIELDS: [(&str, &str, &str); 21] = [
     ("model", "model", "--model"),
     ("hardware", "hardware", "--hardware"),
     ("workload", "workload", "--workload"),
@@ -56,6 +58,7 @@ pub const FIELDS: [(&str, &str, &str); 20] = [
     ("interference", "interference", "--no-interference"),
     ("recompute", "recompute", "--recompute"),
     ("zero", "zero", "--zero"),
+    ("clocks", "clocks", "--clocks"),
     ("sites", "sites", "--site"),
     ("strategies", "strategies", "--strategy"),
 ];
@@ -110,6 +113,7 @@ impl Overrides {
         put!(f.interference, self.interference, "interference");
         put!(f.recompute, self.recompute, "recompute");
         put!(f.zero, self.zero, "zero");
+        put!(f.clocks, self.clocks, "clocks");
         for (k, v) in &self.sites {
             f.sites.insert(k.trim().to_string(), v.trim().to_string());
             set("sites");
@@ -201,6 +205,7 @@ mod tests {
             interference: Some(false),
             recompute: Some("full".into()),
             zero: Some(1),
+            clocks: Some("burst".into()),
             sites: vec![("fc2".into(), "flash".into())],
             strategies: Some(vec![]),
         };

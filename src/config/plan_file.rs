@@ -206,7 +206,12 @@ fn dtype_of(file: &str, key: &str, v: Option<&str>, default: DType) -> R<DType> 
     match v {
         None => Ok(default),
         Some(s) => DType::parse(s).ok_or_else(|| {
-            ConfigError::invalid(file, key, format!("\"{s}\""), "must be fp8, bf16, fp16 or fp32")
+            ConfigError::invalid(
+                file,
+                key,
+                format!("\"{s}\""),
+                "must be fp8, bf16, fp16 or fp32",
+            )
         }),
     }
 }
@@ -216,7 +221,11 @@ fn dtype_of(file: &str, key: &str, v: Option<&str>, default: DType) -> R<DType> 
 enum Entry {
     Kind(OpKind),
     /// A send or receive whose tag is assigned when matched.
-    Send { to: u32, bytes: u64, tag: Option<u64> },
+    Send {
+        to: u32,
+        bytes: u64,
+        tag: Option<u64>,
+    },
     Recv {
         from: u32,
         bytes: u64,
@@ -310,9 +319,8 @@ fn entry(file: &str, i: usize, o: &OpFile, dtype: DType, ranks: u32) -> R<Entry>
         "attention" => {
             let small = |k: &str, v: &Option<Size>| -> R<u32> {
                 let n = need(file, &key(k), v)?;
-                u32::try_from(n).map_err(|_| {
-                    ConfigError::invalid(file, &key(k), n, "must be below 2^32")
-                })
+                u32::try_from(n)
+                    .map_err(|_| ConfigError::invalid(file, &key(k), n, "must be below 2^32"))
             };
             let seq_q = small("seq_q", &o.seq_q)?;
             let seq_kv = match o.seq_kv {
@@ -361,15 +369,19 @@ pub fn build(file: &str, f: &PlanFile, dataflow: bool) -> R<UserPlan> {
         });
     }
     if f.op.is_empty() {
-        return Err(ConfigError::invalid(file, "op", "[]", "a plan needs at least one op"));
+        return Err(ConfigError::invalid(
+            file,
+            "op",
+            "[]",
+            "a plan needs at least one op",
+        ));
     }
-    let highest = f
-        .op
-        .iter()
-        .map(|o| o.rank.max(o.to.unwrap_or(0)).max(o.from.unwrap_or(0)))
-        .chain(f.stream.iter().map(|s| s.rank))
-        .max()
-        .unwrap_or(0);
+    let highest =
+        f.op.iter()
+            .map(|o| o.rank.max(o.to.unwrap_or(0)).max(o.from.unwrap_or(0)))
+            .chain(f.stream.iter().map(|s| s.rank))
+            .max()
+            .unwrap_or(0);
     let ranks = match f.ranks {
         Some(r) if r == 0 || r > MAX_FILE_RANKS => {
             return Err(ConfigError::invalid(
@@ -403,7 +415,12 @@ pub fn build(file: &str, f: &PlanFile, dataflow: bool) -> R<UserPlan> {
     for (i, o) in f.op.iter().enumerate() {
         let r = o.repeat.unwrap_or(1);
         if r == 0 {
-            return Err(ConfigError::invalid(file, &format!("op[{i}].repeat"), 0, "must be at least 1"));
+            return Err(ConfigError::invalid(
+                file,
+                &format!("op[{i}].repeat"),
+                0,
+                "must be at least 1",
+            ));
         }
         total = total.saturating_add(r);
     }
@@ -415,12 +432,11 @@ pub fn build(file: &str, f: &PlanFile, dataflow: bool) -> R<UserPlan> {
             format!("a plan file holds at most {MAX_FILE_OPS}"),
         ));
     }
-    let entries = f
-        .op
-        .iter()
-        .enumerate()
-        .map(|(i, o)| entry(file, i, o, dtype, ranks))
-        .collect::<R<Vec<_>>>()?;
+    let entries =
+        f.op.iter()
+            .enumerate()
+            .map(|(i, o)| entry(file, i, o, dtype, ranks))
+            .collect::<R<Vec<_>>>()?;
 
     // Tags: explicit ones kept; the others matched in file order per (sender, receiver).
     let mut used = std::collections::BTreeSet::new();
@@ -548,16 +564,26 @@ pub fn build(file: &str, f: &PlanFile, dataflow: bool) -> R<UserPlan> {
                 Entry::Send { to, bytes, tag } => {
                     let t = match tag {
                         Some(t) => t,
-                        None => match pending_recv.get_mut(&(o.rank, to)).and_then(|q| q.pop_front()) {
+                        None => match pending_recv
+                            .get_mut(&(o.rank, to))
+                            .and_then(|q| q.pop_front())
+                        {
                             Some(t) => t,
                             None => {
                                 next_tag += 1;
-                                pending_send.entry((o.rank, to)).or_default().push_back(next_tag);
+                                pending_send
+                                    .entry((o.rank, to))
+                                    .or_default()
+                                    .push_back(next_tag);
                                 next_tag
                             }
                         },
                     };
-                    OpKind::Send { peer: to, bytes, tag: t }
+                    OpKind::Send {
+                        peer: to,
+                        bytes,
+                        tag: t,
+                    }
                 }
                 Entry::Recv {
                     from,
@@ -567,11 +593,17 @@ pub fn build(file: &str, f: &PlanFile, dataflow: bool) -> R<UserPlan> {
                 } => {
                     let t = match tag {
                         Some(t) => t,
-                        None => match pending_send.get_mut(&(from, o.rank)).and_then(|q| q.pop_front()) {
+                        None => match pending_send
+                            .get_mut(&(from, o.rank))
+                            .and_then(|q| q.pop_front())
+                        {
                             Some(t) => t,
                             None => {
                                 next_tag += 1;
-                                pending_recv.entry((from, o.rank)).or_default().push_back(next_tag);
+                                pending_recv
+                                    .entry((from, o.rank))
+                                    .or_default()
+                                    .push_back(next_tag);
                                 next_tag
                             }
                         },
@@ -641,16 +673,19 @@ impl Buffers {
         cols: u64,
         init: BufInit,
     ) -> BufId {
-        *self.by_key.entry((rank, what, rows, cols)).or_insert_with(|| {
-            b.buffer(
-                rank,
-                &format!("{what}-{rows}x{cols}"),
-                rows,
-                cols,
-                DType::Bf16,
-                init,
-            )
-        })
+        *self
+            .by_key
+            .entry((rank, what, rows, cols))
+            .or_insert_with(|| {
+                b.buffer(
+                    rank,
+                    &format!("{what}-{rows}x{cols}"),
+                    rows,
+                    cols,
+                    DType::Bf16,
+                    init,
+                )
+            })
     }
 
     /// `bytes` (even) of bf16 as rows of a power-of-two width up to 4096 elements.
@@ -742,7 +777,10 @@ mod tests {
         for dataflow in [false, true] {
             let p = load(&src(EXAMPLE), dataflow).unwrap();
             assert_eq!(p.name, "gemms beside copies");
-            assert_eq!((p.plan.ranks, p.plan.streams.len(), p.plan.ops.len()), (1, 2, 20));
+            assert_eq!(
+                (p.plan.ranks, p.plan.streams.len(), p.plan.ops.len()),
+                (1, 2, 20)
+            );
             assert_eq!(p.plan.has_dataflow(), dataflow);
             let copy = p.plan.streams.iter().find(|s| s.name == "copy").unwrap();
             assert_eq!(copy.kind, StreamKind::Comm);
@@ -852,13 +890,22 @@ mod tests {
             (one("kind = \"gemm\"\nm = 0\nn = 1\nk = 1"), "op[0].m` = 0"),
             (one("kind = \"copy\"\nbytes = \"lots\""), "\"lots\""),
             (one("kind = \"send\"\nto = 0\nbytes = 8"), "op's own rank"),
-            (one("kind = \"copy\"\nbytes = 8\nrepeat = 0"), "op[0].repeat"),
-            (one("kind = \"copy\"\nbytes = 8\nafter = [\"x\"]"), "names no op"),
+            (
+                one("kind = \"copy\"\nbytes = 8\nrepeat = 0"),
+                "op[0].repeat",
+            ),
+            (
+                one("kind = \"copy\"\nbytes = 8\nafter = [\"x\"]"),
+                "names no op",
+            ),
             (
                 one("kind = \"attention\"\nheads = 8\nseq_q = 512\nseq_kv = 256\nhead_dim = 128"),
                 "at least seq_q",
             ),
-            ("version = 2\n[[op]]\nkind = \"copy\"\nbytes = 8\n".into(), "version 2"),
+            (
+                "version = 2\n[[op]]\nkind = \"copy\"\nbytes = 8\n".into(),
+                "version 2",
+            ),
             ("version = 1\n".into(), "at least one op"),
             (
                 "version = 1\nranks = 1\n[[op]]\nkind = \"send\"\nto = 3\nbytes = 8\n".into(),
@@ -894,7 +941,8 @@ mod tests {
 
     #[test]
     fn the_gpu_form_refuses_what_the_executor_cannot_run() {
-        let att = "version = 1\n[[op]]\nkind = \"attention\"\nheads = 8\nseq_q = 512\nhead_dim = 128\n";
+        let att =
+            "version = 1\n[[op]]\nkind = \"attention\"\nheads = 8\nseq_q = 512\nhead_dim = 128\n";
         assert!(load(&src(att), false).is_ok());
         let e = load(&src(att), true).unwrap_err().to_string();
         assert!(e.contains("cannot run on the GPU"), "{e}");

@@ -1042,7 +1042,36 @@ pub fn scenario_from_file(
     } else {
         s.name
     };
+    let clocks = match s.clocks.as_str() {
+        "auto" => Clocks::auto(workload, &hardware.gpu),
+        "burst" => Clocks::Burst,
+        "sustained" => Clocks::Sustained,
+        other => {
+            return Err(ConfigError::invalid(
+                &at("clocks"),
+                "clocks",
+                other,
+                format!("must be one of {}", Clocks::NAMES.join(", ")),
+            ));
+        }
+    };
+    let mut hardware = hardware;
+    if clocks == Clocks::Sustained {
+        hardware.gpu = hardware.gpu.at_sustained_clocks().ok_or_else(|| {
+            ConfigError::invalid(
+                &at("clocks"),
+                "clocks",
+                "sustained",
+                format!(
+                    "hardware profile `{}` has no gpu.sustained_gemm_slowdown (`flashoverlap calibrate` measures it)",
+                    hardware.name
+                ),
+            )
+        })?;
+        hardware.name = format!("{} at sustained clocks", hardware.name);
+    }
     Ok(Scenario {
+        clocks,
         name,
         model,
         hardware,

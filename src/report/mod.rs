@@ -82,6 +82,8 @@ pub struct ScenarioSummary {
     pub tokens: u64,
     pub dtype: String,
     pub transport: String,
+    /// The GPU clocks predicted at: `burst` or `sustained`.
+    pub clocks: String,
     /// Per-site strategy overrides of a layer or step.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub sites: std::collections::BTreeMap<String, String>,
@@ -395,6 +397,7 @@ pub fn summary(sc: &Scenario) -> ScenarioSummary {
         tokens: sc.tokens(),
         dtype: sc.dtype.name().into(),
         transport: sc.transport.name().into(),
+        clocks: sc.clocks.name().into(),
         sites: sc
             .site_strategies
             .iter()

@@ -400,7 +400,8 @@ fn cases(d: &Path) -> Vec<Case> {
             args: sim(&["--clocks", "sustained"]),
             code: 2,
             says: vec![
-                s("--clocks sustained"),
+                s("--clocks"),
+                s("= sustained"),
                 s("h100-sxm-8"),
                 s("gpu.sustained_gemm_slowdown"),
             ],
@@ -880,7 +881,12 @@ fn cases(d: &Path) -> Vec<Case> {
             name: "plan: a dependency on no op",
             args: sim(&["--plan", &plan_after]),
             code: 2,
-            says: vec![plan_after.clone(), s("op[0].after"), s("\"g\""), s("names no op")],
+            says: vec![
+                plan_after.clone(),
+                s("op[0].after"),
+                s("\"g\""),
+                s("names no op"),
+            ],
         },
         Case {
             name: "plan: more ranks than the hardware has GPUs",

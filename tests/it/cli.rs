@@ -61,6 +61,52 @@ fn a_plan_file_simulates_on_the_hardware_given() {
     assert_eq!(tl.spans.len(), 20);
 }
 
+/// Layer and step workloads are predicted at sustained clocks by default where the profile
+/// gives the figure (training runs there); `--clocks burst` keeps the rested GPU; site
+/// workloads stay at burst clocks (what validation runs time).
+#[test]
+fn layers_default_to_sustained_clocks_where_the_profile_measured_them() {
+    let base = [
+        "simulate",
+        "--hardware",
+        "hardware-profiles/measured/h200-measured.toml",
+        "--model",
+        "llama-3-8b",
+        "--tp",
+        "8",
+        "--batch",
+        "2",
+        "--seq",
+        "4096",
+        "--strategy",
+        "flash",
+        "--format",
+        "json",
+    ];
+    let run = |extra: &[&str]| -> serde_json::Value {
+        let mut a = base.to_vec();
+        a.extend(extra);
+        serde_json::from_str(&stdout(&a)).unwrap()
+    };
+    let make = |v: &serde_json::Value| v["results"][0]["makespan_us"].as_f64().unwrap();
+    let auto = run(&["--workload", "layer"]);
+    assert_eq!(auto["scenario"]["clocks"], "sustained");
+    let hw = auto["scenario"]["hardware"].as_str().unwrap();
+    assert!(hw.ends_with("at sustained clocks"), "{hw}");
+    let burst = run(&["--workload", "layer", "--clocks", "burst"]);
+    assert_eq!(burst["scenario"]["clocks"], "burst");
+    assert!(make(&auto) > make(&burst));
+    assert_eq!(
+        make(&run(&["--workload", "layer", "--clocks", "sustained"])),
+        make(&auto)
+    );
+    assert_eq!(run(&["--workload", "mlp"])["scenario"]["clocks"], "burst");
+    // A preset without the figure stays at burst clocks under auto.
+    let preset = stdout(&["simulate", "--workload", "layer", "--format", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&preset).unwrap();
+    assert_eq!(v["scenario"]["clocks"], "burst");
+}
+
 #[test]
 fn default_simulate_json() {
     let j = stdout(&["simulate", "--format", "json"]);

@@ -32,9 +32,13 @@ if [ -n "${FO_BASE:-}" ]; then
     --repeats 3 --force | tail -n 1
   HW=$R/own/own.toml
 fi
-stamp "GEMMs beside copies (plans/gemms-beside-copies.toml)"
-$B/flashoverlap run --plan plans/gemms-beside-copies.toml --hardware "$HW" --warmup 3 \
-  --repeats 10 --out "$R/plan-gemms-beside-copies" --force | tail -n 2
+# The plans of issue 23, burst (rested) and sustained (the loop held until the clocks
+# settle): the GEMM+copy case and a layer's GEMMs on one rank.
+for p in gemms-beside-copies llama-3-8b-tp8-layer-gemms; do for c in burst sustained; do
+  stamp "plan $p, clocks $c"
+  $B/flashoverlap run --plan plans/$p.toml --hardware "$HW" --clocks $c --warmup 3 \
+    --repeats 10 --out "$R/plan-$p-$c" --force | tail -n 2
+done; done
 HS=sequential,chunked:2,chunked:4,chunked:8,chunked:16,flash,direct,permute-loop,permute-loop-bidir
 for si in none copy; do
   stamp "held-out schedules, stand-in $si"
@@ -46,6 +50,18 @@ for si in none copy; do
     done
   done; done; done
   $B/flashoverlap validate "$R"/ho-$si-* --hardware "$HW" --out "$R/validate-$si.json" \
+    --force | tail -n 2
+  [ $si = none ] || continue
+  # The sustained regime on a few of the same schedules (each strategy settles apart).
+  stamp "held-out schedules at sustained clocks, stand-in none"
+  for c in "llama-2-7b mlp 8" "yi-34b ag-gemm 4" "yi-34b gemm-rs 2"; do
+    read -r m w tp <<< "$c"
+    $B/flashoverlap run --hardware "$HW" --model models/hf/$m.json --workload $w --tp $tp \
+      --batch 7 --seq 2048 --strategy sequential,chunked:8,flash --emulate-rank 0 \
+      --stand-in none --clocks sustained --warmup 3 --repeats 10 \
+      --out "$R/sus-none-$m-$w-tp$tp-b7" --force | tail -n 1
+  done
+  $B/flashoverlap validate "$R"/sus-none-* --hardware "$HW" --out "$R/validate-sus.json" \
     --force | tail -n 2
 done
 stamp done

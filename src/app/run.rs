@@ -79,6 +79,8 @@ pub struct Measured {
     pub gate_timeouts: u32,
     /// See `GpuRun::back_to_back`.
     pub back_to_back: Option<f64>,
+    /// See `GpuRun::settled`.
+    pub settled: Option<gpu::Settled>,
     /// One GPU per rank, so the measured timeline is comparable with the prediction
     /// (ranks sharing a GPU serialize what the prediction runs in parallel).
     pub comparable: bool,
@@ -259,6 +261,11 @@ pub fn predict_as_executed(
 /// measured makespan and devices, the executor overhead, warnings).
 pub fn run(req: Request, log: &dyn Fn(&str)) -> Result<Report, Error> {
     let sc = &req.scenario;
+    if req.gpu.process.is_some() && req.gpu.settle.is_some() {
+        return Err(Error::input(
+            "--clocks sustained settles each process's loop on its own; run it in one process (without --world)",
+        ));
+    }
     if req.gpu.process.is_some() && req.emulate.is_some() {
         return Err(Error::input(
             "--emulate-rank runs one rank in one process; it does not combine with --world",
@@ -308,6 +315,20 @@ pub fn run(req: Request, log: &dyn Fn(&str)) -> Result<Report, Error> {
             r.makespans.iter().cloned().fold(0.0, f64::max) * 1e6,
             r.devices.join(", ")
         ));
+        if let Some(st) = r.settled {
+            log(&format!(
+                "{name}: {} in {:.1} s ({} runs): makespan {:.1} µs rested, {:.1} µs settled",
+                if st.converged {
+                    "settled"
+                } else {
+                    "did not settle"
+                },
+                st.seconds,
+                st.runs,
+                st.first_window_makespan_s * 1e6,
+                st.last_window_makespan_s * 1e6,
+            ));
+        }
         if let Some(b) = r.back_to_back {
             // As `validate` reports it: the median repetition's makespan over the baseline.
             log(&format!(
@@ -333,6 +354,7 @@ pub fn run(req: Request, log: &dyn Fn(&str)) -> Result<Report, Error> {
             makespans: r.makespans,
             gate_timeouts: r.gate_timeouts,
             back_to_back: r.back_to_back,
+            settled: r.settled,
             comparable: r.devices.len() as u64 >= u64::from(plan.ranks),
         });
     }
@@ -395,6 +417,7 @@ impl Report {
                     "repeat_makespans_us": m.makespans.iter().map(|x| x * 1e6).collect::<Vec<_>>(),
                     "gate_timeouts": m.gate_timeouts,
                     "back_to_back_us": m.back_to_back.map(|b| b * 1e6),
+                    "settled": m.settled,
                 })
             })
             .collect();

@@ -284,13 +284,18 @@ impl PlanSimulation {
         let m = &self.metrics;
         let us = |s: f64| s * 1e6;
         let mut t = format!(
-            "plan `{}` on {} ({} rank{}, {} streams, {} ops; interference {})\n\
+            "plan `{}` on {} ({} rank{}, {} stream{}, {} ops; interference {})\n\
              makespan {:.1} us; critical rank {}: compute {:.1} us, communication {:.1} us, exposed {:.1} us\n",
             self.name,
             self.hardware,
             self.plan.ranks,
             if self.plan.ranks == 1 { "" } else { "s" },
             self.plan.streams.len(),
+            if self.plan.streams.len() == 1 {
+                ""
+            } else {
+                "s"
+            },
             self.plan.ops.len(),
             if self.interference { "on" } else { "off" },
             us(m.makespan),

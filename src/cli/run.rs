@@ -46,6 +46,15 @@ pub struct Args {
     /// them.
     #[arg(long, default_value_t = gpu::HEAT_MS)]
     pub heat_ms: f64,
+    /// With `--clocks sustained`: hold the schedule in a steady loop at least this many
+    /// seconds before timing, then until its makespan settles (the median of the last
+    /// second within 0.5% of the second before).
+    #[arg(long, default_value_t = gpu::Settle::default().min_s)]
+    pub settle_min_s: f64,
+    /// With `--clocks sustained`: time the schedule after this many seconds of the loop
+    /// even if it has not settled (the run records that it did not).
+    #[arg(long, default_value_t = gpu::Settle::default().max_s)]
+    pub settle_max_s: f64,
     /// Abort a run that has not finished after this many seconds and name the op that
     /// waited (0: no watchdog).
     #[arg(long, default_value_t = 60.0)]
@@ -103,6 +112,26 @@ pub fn run(a: Args) -> Result<(), CliError> {
         process: None,
         heat_ms: a.heat_ms,
         back_to_back: a.back_to_back,
+        settle: match scenario.clocks {
+            crate::scenario::Clocks::Sustained => {
+                if !(a.settle_min_s.is_finite()
+                    && a.settle_min_s >= 0.0
+                    && a.settle_max_s.is_finite()
+                    && a.settle_max_s >= a.settle_min_s)
+                {
+                    return Err(CliError::input(format!(
+                        "--settle-min-s {} and --settle-max-s {}: need 0 ≤ min ≤ max, finite",
+                        a.settle_min_s, a.settle_max_s
+                    )));
+                }
+                Some(gpu::Settle {
+                    min_s: a.settle_min_s,
+                    max_s: a.settle_max_s,
+                    ..gpu::Settle::default()
+                })
+            }
+            crate::scenario::Clocks::Burst => None,
+        },
     };
     let mut ids = Vec::new();
     if let (Some(world), Some(rank)) = (a.world, a.rank) {

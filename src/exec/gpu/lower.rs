@@ -629,6 +629,22 @@ pub(super) fn run(plan: &Plan, opts: &GpuOptions) -> Result<GpuRun, GpuError> {
             time_once(b)?;
         }
     }
+    // The sustained protocol: the schedule back to back until its makespan settles.
+    let settled = match opts.settle {
+        Some(s) => {
+            let t0 = std::time::Instant::now();
+            let mut loop_runs = Vec::new();
+            let converged = loop {
+                let m = loaded.run().map_err(hung)?;
+                loop_runs.push((t0.elapsed().as_secs_f64(), m.wall));
+                if let Some(c) = super::settle_done(&loop_runs, &s) {
+                    break c;
+                }
+            };
+            Some(super::settled(&loop_runs, &s, converged))
+        }
+        None => None,
+    };
     let mut runs = Vec::with_capacity(opts.repeats as usize);
     let mut base_times = Vec::new();
     for _ in 0..opts.repeats {
@@ -674,6 +690,7 @@ pub(super) fn run(plan: &Plan, opts: &GpuOptions) -> Result<GpuRun, GpuError> {
         devices,
         gate_timeouts,
         back_to_back,
+        settled,
     })
 }
 

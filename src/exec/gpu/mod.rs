@@ -106,6 +106,85 @@ pub struct GpuOptions {
     pub heat_ms: f64,
     /// One rank on one GPU: time the back-to-back baseline too ([`GpuRun::back_to_back`]).
     pub back_to_back: bool,
+    /// The sustained-load protocol: before the timed runs, run the schedule back to back
+    /// until the GPUs' clocks settle under its own load; `None`: no settling (the burst
+    /// protocol: the warm-up runs only).
+    pub settle: Option<Settle>,
+}
+
+/// How long to hold a schedule in a steady loop before timing it (the sustained regime):
+/// at least `min_s` seconds, then until the median makespan of the last `window_s`
+/// seconds of runs is within `tolerance` of the window's before, at most `max_s`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Settle {
+    pub min_s: f64,
+    pub max_s: f64,
+    pub window_s: f64,
+    pub tolerance: f64,
+}
+
+impl Default for Settle {
+    fn default() -> Settle {
+        Settle {
+            min_s: 5.0,
+            max_s: 60.0,
+            window_s: 1.0,
+            tolerance: 0.005,
+        }
+    }
+}
+
+/// What settling did: how long it ran, how many runs, whether the makespan settled
+/// within the tolerance (or the time ran out), and the median makespan of its first and
+/// last window (seconds), the drift from a rested GPU to a settled one.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Settled {
+    pub seconds: f64,
+    pub runs: u32,
+    pub converged: bool,
+    pub first_window_makespan_s: f64,
+    pub last_window_makespan_s: f64,
+}
+
+/// Decide from the (time since start, makespan) of the runs so far whether the loop has
+/// settled: `Some(converged)` to stop, `None` to go on.
+pub fn settle_done(runs: &[(f64, f64)], s: &Settle) -> Option<bool> {
+    let &(now, _) = runs.last()?;
+    if now >= s.max_s {
+        return Some(false);
+    }
+    if now < s.min_s.max(2.0 * s.window_s) {
+        return None;
+    }
+    let median = |lo: f64, hi: f64| {
+        let mut v: Vec<f64> = runs
+            .iter()
+            .filter(|r| r.0 > lo && r.0 <= hi)
+            .map(|r| r.1)
+            .collect();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied()
+    };
+    let last = median(now - s.window_s, now)?;
+    let before = median(now - 2.0 * s.window_s, now - s.window_s)?;
+    ((last / before - 1.0).abs() <= s.tolerance).then_some(true)
+}
+
+/// The record of a settling loop from its runs (time since start, makespan).
+pub fn settled(runs: &[(f64, f64)], s: &Settle, converged: bool) -> Settled {
+    let median = |pick: &dyn Fn(f64) -> bool| {
+        let mut v: Vec<f64> = runs.iter().filter(|r| pick(r.0)).map(|r| r.1).collect();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+    };
+    let end = runs.last().map_or(0.0, |r| r.0);
+    Settled {
+        seconds: end,
+        runs: runs.len() as u32,
+        converged,
+        first_window_makespan_s: median(&|t| t <= s.window_s),
+        last_window_makespan_s: median(&|t| t > end - s.window_s),
+    }
 }
 
 /// Milliseconds of heater before every run and every calibration measurement unless asked
@@ -144,6 +223,7 @@ impl Default for GpuOptions {
             watchdog: Some(60.0),
             heat_ms: HEAT_MS,
             back_to_back: false,
+            settle: None,
         }
     }
 }
@@ -168,6 +248,8 @@ pub struct GpuRun {
     /// one stream with no per-op events or waits (the baseline of the executor's
     /// overhead), seconds.
     pub back_to_back: Option<f64>,
+    /// The settling loop before the timed runs, when the protocol asked for one.
+    pub settled: Option<Settled>,
 }
 
 /// Names of the visible GPUs (or why there are none).
@@ -583,5 +665,57 @@ mod chain_tests {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod settle_tests {
+    use super::*;
+
+    /// Runs every 10 ms whose makespan drifts from 1.00 ms (rested) to 1.15 ms over the
+    /// first 8 s (the power limit's clocks setting in), then holds.
+    fn drifting(until: f64) -> Vec<(f64, f64)> {
+        (1..)
+            .map(|i| i as f64 * 0.01)
+            .take_while(|t| *t <= until)
+            .map(|t| (t, 1e-3 * (1.0 + 0.15 * (t / 8.0).min(1.0))))
+            .collect()
+    }
+
+    #[test]
+    fn the_loop_runs_until_the_makespan_stops_drifting() {
+        let s = Settle::default();
+        // While drifting (1.9% per second), never settled; once flat for two windows, done.
+        let first = (1..=1500)
+            .map(|n| drifting(n as f64 * 0.01))
+            .position(|r| settle_done(&r, &s).is_some())
+            .map(|i| (i + 1) as f64 * 0.01)
+            .unwrap();
+        assert!(first > 8.0 && first < 10.5, "{first}");
+        let runs = drifting(first);
+        let rec = settled(&runs, &s, true);
+        assert!(
+            (rec.first_window_makespan_s / 1.01e-3 - 1.0).abs() < 0.01,
+            "{rec:?}"
+        );
+        assert!(
+            (rec.last_window_makespan_s / 1.15e-3 - 1.0).abs() < 1e-9,
+            "{rec:?}"
+        );
+        // A flat loop still runs the minimum; a loop that never settles stops at the
+        // maximum, unconverged.
+        let flat: Vec<(f64, f64)> = (1..=600).map(|i| (i as f64 * 0.01, 1e-3)).collect();
+        assert_eq!(settle_done(&flat[..400], &s), None);
+        assert_eq!(settle_done(&flat, &s), Some(true));
+        let noisy: Vec<(f64, f64)> = (1..=6100)
+            .map(|i| {
+                (
+                    i as f64 * 0.01,
+                    1e-3 * (1.0 + 0.05 * ((i / 100) % 2) as f64),
+                )
+            })
+            .collect();
+        assert_eq!(settle_done(&noisy, &s), Some(false));
+        assert_eq!(settle_done(&[], &s), None);
     }
 }

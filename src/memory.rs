@@ -198,7 +198,10 @@ pub fn per_gpu_with(sc: &Scenario, kind: LayerKind) -> Memory {
     let sync = (p.dp * p.ulysses) as f64;
     let zero = if sync > 1.0 { sc.zero } else { 0 };
     let step = sc.workload == Workload::Step;
-    let training = matches!(sc.workload, Workload::Layer | Workload::Step);
+    let training = matches!(
+        sc.workload,
+        Workload::Layer | Workload::Step | Workload::Attention
+    );
     let layers = if step { m.layers } else { 1 };
     let pp = p.pp.max(1);
     let per_layer = layer_params(sc);
@@ -491,7 +494,10 @@ impl Memory {
 /// forward block's few tensors always fit beside the rest of a training run.
 pub fn check(sc: &Scenario) -> Result<Memory, OutOfMemory> {
     let m = per_gpu(sc);
-    let training = matches!(sc.workload, Workload::Layer | Workload::Step);
+    let training = matches!(
+        sc.workload,
+        Workload::Layer | Workload::Step | Workload::Attention
+    );
     match m.capacity {
         Some(c) if training && m.total() > c => Err(OutOfMemory {
             need: gib(m.total()),

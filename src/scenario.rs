@@ -174,6 +174,8 @@ pub struct GpuSpec {
     /// A compute-bound GEMM's time under sustained load over its time in a short burst
     /// (the power limit lowers the clocks), when measured.
     pub sustained_gemm_slowdown: Option<f64>,
+    /// Fraction of peak a fused attention kernel reaches; `None`: the GEMMs' efficiency.
+    pub attention_efficiency: Option<f64>,
     /// Device memory, bytes (what `nvidia-smi` reports as total), when the profile
     /// gives it.
     pub memory: Option<f64>,
@@ -192,6 +194,9 @@ impl GpuSpec {
         let f = self.sustained_gemm_slowdown?;
         let mut g = self.clone();
         g.gemm.efficiency /= f;
+        if let Some(a) = &mut g.attention_efficiency {
+            *a /= f;
+        }
         for p in &mut g.gemm.measured {
             p.secs *= f;
         }
@@ -553,16 +558,26 @@ pub enum Workload {
     /// A training step: every layer forward and backward plus the LM head, per
     /// micro-batch.
     Step,
+    /// The attention block of a layer alone (norm, QKV, attention, out-projection,
+    /// residual), forward and backward, TPSP.
+    Attention,
 }
 
 impl Workload {
-    pub const ALL: [Workload; 5] = [
+    pub const ALL: [Workload; 6] = [
         Workload::Mlp,
         Workload::AgGemm,
         Workload::GemmRs,
         Workload::Layer,
         Workload::Step,
+        Workload::Attention,
     ];
+
+    /// Built by the layer builder (simulator-only plans over tp × ulysses × dp ranks):
+    /// `layer`, `step` and `attention`.
+    pub fn is_layered(self) -> bool {
+        matches!(self, Workload::Layer | Workload::Step | Workload::Attention)
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -571,6 +586,7 @@ impl Workload {
             Workload::Mlp => "mlp",
             Workload::Layer => "layer",
             Workload::Step => "step",
+            Workload::Attention => "attention",
         }
     }
 
@@ -723,6 +739,11 @@ pub struct Scenario {
     pub zero: u8,
     /// The clocks the hardware's GPU figures are at (already applied to `hardware`).
     pub clocks: Clocks,
+    /// Attention masks later keys (a decoder's causal mask); `false`: every query sees
+    /// every key.
+    pub causal: bool,
+    /// Only the forward pass of a `layer` or `attention` workload.
+    pub forward_only: bool,
 }
 
 /// The clocks a prediction assumes.
@@ -749,12 +770,10 @@ impl Clocks {
     }
 
     /// `auto`: training's clocks (sustained) for the workloads a training step is made
-    /// of (`layer`, `step`) where the GPU's profile gives the sustained figure; burst
+    /// of (`layer`, `step`, `attention`) where the GPU's profile gives the sustained figure; burst
     /// otherwise (the site workloads are what short validation runs time).
     pub fn auto(workload: Workload, gpu: &GpuSpec) -> Clocks {
-        if matches!(workload, Workload::Layer | Workload::Step)
-            && gpu.sustained_gemm_slowdown.is_some()
-        {
+        if workload.is_layered() && gpu.sustained_gemm_slowdown.is_some() {
             Clocks::Sustained
         } else {
             Clocks::Burst

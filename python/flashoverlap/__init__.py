@@ -174,6 +174,8 @@ def simulate(
     interference: Optional[bool] = None,
     recompute: Optional[str] = None,
     zero: Optional[int] = None,
+    causal: Optional[bool] = None,
+    passes: Optional[str] = None,
     sites: Optional[Dict[str, str]] = None,
     strategies: Optional[Union[str, Sequence[str]]] = None,
 ) -> Results:
@@ -188,7 +190,8 @@ def simulate(
     the figure, else burst), as ``--clocks``. A layer or
     step layout that does not fit in its GPUs' memory raises ``ValueError`` unless
     ``allow_oom=True`` (``--allow-oom``); ``Results.scenario["memory"]`` holds the
-    memory per GPU."""
+    memory per GPU. ``causal=False`` is ``--non-causal``, ``passes="fwd"``
+    ``--forward-only``."""
     kwargs = dict(
         model=model,
         hardware=hardware,
@@ -209,6 +212,8 @@ def simulate(
         recompute=recompute,
         zero=zero,
         clocks=clocks,
+        causal=causal,
+        passes=passes,
         sites=sites,
         strategies=list(strategies) if isinstance(strategies, (list, tuple)) else strategies,
     )

@@ -11,7 +11,7 @@ use pyo3::types::{PyDict, PyList, PyString};
 
 /// The keyword arguments `simulate` takes besides `scenario`, and the scenario key each
 /// sets: the fields of `config::Overrides`, named as its one list names them.
-const ARGUMENTS: [(&str, &str, &str); 20] = config::overrides::FIELDS;
+const ARGUMENTS: [(&str, &str, &str); 23] = config::overrides::FIELDS;
 
 fn known_arguments() -> String {
     ARGUMENTS.map(|a| a.0).join(", ")
@@ -78,6 +78,13 @@ fn overrides(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Overrides> {
             "recompute" => o.recompute = Some(text(arg, &v)?),
             "zero" => o.zero = Some(int(arg, &v)?),
             "clocks" => o.clocks = Some(text(arg, &v)?),
+            "passes" => o.passes = Some(text(arg, &v)?),
+            "causal" => {
+                o.causal = Some(
+                    v.extract::<bool>()
+                        .map_err(|_| type_error(arg, "True or False", &v))?,
+                )
+            }
             "rank_order" => o.order = Some(text(arg, &v)?),
             "batch" => o.batch = Some(int(arg, &v)?),
             "seq" => o.seq = Some(int(arg, &v)?),

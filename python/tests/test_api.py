@@ -38,6 +38,15 @@ def test_clocks_follow_the_workload_unless_given():
         fo.simulate(clocks="fast")
 
 
+def test_attention_blocks_and_forward_passes():
+    args = dict(model="llama-3-8b", tp=8, batch=2, seq=4096, strategies="flash")
+    layer = fo.simulate(workload="layer", **args)["flash"]["makespan_us"]
+    attn = fo.simulate(workload="attention", **args)["flash"]["makespan_us"]
+    fwd = fo.simulate(workload="attention", passes="fwd", **args)["flash"]["makespan_us"]
+    full = fo.simulate(workload="attention", causal=False, **args)["flash"]["makespan_us"]
+    assert fwd < attn < layer and attn < full
+
+
 def test_errors_carry_the_commands_messages():
     with pytest.raises(ValueError) as e:
         fo.simulate(tp=0)

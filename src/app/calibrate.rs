@@ -342,6 +342,11 @@ pub fn profile(
     f.gpu.elementwise.launch_us = c.launch_s * 1e6;
     let sus = c.gemm_sustained_s / c.gemm_alone_s;
     f.gpu.sustained_gemm_slowdown = (sus.is_finite() && sus > 0.0).then(|| sus.max(1.0));
+    // No attention kernel is measured: attention is taken to run at the rate of the
+    // large GEMM (8192³, timed alone), unless the base profile says otherwise.
+    if f.gpu.attention_efficiency.is_none() {
+        f.gpu.attention_efficiency = large_gemm_efficiency(c, base_gpu);
+    }
     // Interference as the engine models it: the GEMM beside a copy loop, the copy beside
     // the GEMM; the CTA counts of communication kernels stay the base profile's.
     let slow = |with: f64, alone: f64| {
@@ -384,6 +389,13 @@ pub fn profile(
         f.comm.message_latency_us = (p.copy_latency_s * 1e6 - link_lat).max(0.0);
     }
     Ok((f, fit))
+}
+
+/// The fraction of bf16 peak the calibration's large GEMM (8192³, alone) reached.
+fn large_gemm_efficiency(c: &Calibration, gpu: &GpuSpec) -> Option<f64> {
+    let peak = gpu.peak(DType::Bf16)?;
+    let e = cost::gemm_flops(8192, 8192, 8192) / (c.gemm_alone_s * peak);
+    (e.is_finite() && e > 0.0).then(|| e.min(1.0))
 }
 
 /// Whether the calibration's copy waited for the GEMM beside it to free SMs: it ended
@@ -463,6 +475,7 @@ pub fn run(a: &Request) -> Result<Calibrated, Error> {
          #   [[gpu.gemm.measured]]: the simulator interpolates their time per FLOP in\n\
          #   log-shape space, so these shapes predict exactly.\n\
          # memory_efficiency = D2D copy bandwidth {copy:.0} GB/s (read + write) / hbm_gbps.\n\
+         # attention_efficiency = the 8192^3 GEMM's rate over peak (no attention kernel is timed).\n\
          # elementwise.efficiency = add kernel {add:.0} GB/s (2 reads + 1 write) / hbm_gbps;\n\
          #   elementwise.launch_us = back-to-back tiny kernels, {launch:.2} us each.\n\
          {protocol}\

@@ -24,7 +24,7 @@ pub struct Args {
         "model", "workload", "tp", "dp", "ulysses", "pp", "pp_schedule", "rank_order",
         "recompute", "zero", "allow_oom", "batch", "seq", "micro_batches", "dtype", "sites",
         "strategies", "samples", "seed", "compute_jitter", "comm_jitter",
-        "jitter_distribution",
+        "jitter_distribution", "non_causal", "forward_only",
     ])]
     pub plan: Option<PathBuf>,
     /// Model preset name or TOML file (overrides the scenario's).
@@ -61,6 +61,13 @@ pub struct Args {
     /// (each layer's forward again in the backward).
     #[arg(long)]
     pub recompute: Option<String>,
+    /// Attention without a causal mask (every query sees every key), as in an encoder
+    /// (workloads `layer`, `step`, `attention`).
+    #[arg(long)]
+    pub non_causal: bool,
+    /// Only the forward pass of a `layer` or `attention` workload.
+    #[arg(long)]
+    pub forward_only: bool,
     /// ZeRO stage (0–3) of the data-parallel sharding, for the memory per GPU (default 3).
     #[arg(long)]
     pub zero: Option<i64>,
@@ -247,6 +254,8 @@ pub fn scenario_and_file(
         recompute: a.recompute.clone(),
         zero: a.zero,
         clocks: a.clocks.map(|c| c.name().to_string()),
+        causal: a.non_causal.then_some(false),
+        passes: a.forward_only.then(|| "fwd".to_string()),
         sites,
         strategies: (!a.strategies.is_empty()).then(|| a.strategies.clone()),
     };

@@ -109,6 +109,10 @@ pub struct GpuFile {
     /// power limit's clocks) than in a short burst; written by `calibrate`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sustained_gemm_slowdown: Option<f64>,
+    /// Fraction of peak FLOP/s a fused attention kernel reaches (default: the GEMMs'
+    /// `gemm.efficiency`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_efficiency: Option<f64>,
     /// Device memory, GiB (2^30 bytes), as `nvidia-smi` reports the total.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_gib: Option<f64>,
@@ -319,6 +323,24 @@ pub struct ScenarioFile {
     /// profile gives the figure, else burst), `burst` or `sustained`.
     #[serde(default = "clocks_auto", skip_serializing_if = "is_auto")]
     pub clocks: String,
+    /// Causal attention (a decoder's mask); `false`: every query sees every key.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub causal: bool,
+    /// `fwd-bwd` (default) or `fwd`: only the forward pass of a layer or attention block.
+    #[serde(default = "fwd_bwd", skip_serializing_if = "is_fwd_bwd")]
+    pub passes: String,
+}
+
+fn is_true(v: &bool) -> bool {
+    *v
+}
+
+fn fwd_bwd() -> String {
+    "fwd-bwd".into()
+}
+
+fn is_fwd_bwd(v: &str) -> bool {
+    v == "fwd-bwd"
 }
 
 fn clocks_auto() -> String {

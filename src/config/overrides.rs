@@ -31,6 +31,9 @@ pub struct Overrides {
     pub zero: Option<i64>,
     /// `auto`, `burst` or `sustained`.
     pub clocks: Option<String>,
+    pub causal: Option<bool>,
+    /// `fwd-bwd` or `fwd`.
+    pub passes: Option<String>,
     /// Per-site strategies, added to the file's `[sites]`.
     pub sites: Vec<(String, String)>,
     pub strategies: Option<Vec<String>>,
@@ -39,7 +42,7 @@ pub struct Overrides {
 /// Each field of [`Overrides`]: (its argument name as the Python package takes it, the
 /// scenario file's key it sets, the command-line flag that sets it), in the order
 /// [`Overrides::apply`] sets them. The one list the front ends name fields from.
-pub const FIELDS: [(&str, &str, &str); 21] = [
+pub const FIELDS: [(&str, &str, &str); 23] = [
     ("model", "model", "--model"),
     ("hardware", "hardware", "--hardware"),
     ("workload", "workload", "--workload"),
@@ -59,6 +62,8 @@ pub const FIELDS: [(&str, &str, &str); 21] = [
     ("recompute", "recompute", "--recompute"),
     ("zero", "zero", "--zero"),
     ("clocks", "clocks", "--clocks"),
+    ("causal", "causal", "--non-causal"),
+    ("passes", "passes", "--forward-only"),
     ("sites", "sites", "--site"),
     ("strategies", "strategies", "--strategy"),
 ];
@@ -114,6 +119,8 @@ impl Overrides {
         put!(f.recompute, self.recompute, "recompute");
         put!(f.zero, self.zero, "zero");
         put!(f.clocks, self.clocks, "clocks");
+        put!(f.causal, self.causal, "causal");
+        put!(f.passes, self.passes, "passes");
         for (k, v) in &self.sites {
             f.sites.insert(k.trim().to_string(), v.trim().to_string());
             set("sites");
@@ -206,6 +213,8 @@ mod tests {
             recompute: Some("full".into()),
             zero: Some(1),
             clocks: Some("burst".into()),
+            causal: Some(false),
+            passes: Some("fwd".into()),
             sites: vec![("fc2".into(), "flash".into())],
             strategies: Some(vec![]),
         };

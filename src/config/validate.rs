@@ -244,6 +244,10 @@ pub fn hardware_from_file(file: &str, h: HardwareFile) -> R<Hardware> {
                 ));
             }
         },
+        attention_efficiency: match g.attention_efficiency {
+            None => None,
+            Some(v) => Some(fraction(file, "gpu.attention_efficiency", v)?),
+        },
         memory: match g.memory_gib {
             None => None,
             Some(v) => Some(positive_f(file, "gpu.memory_gib", v)? * (1u64 << 30) as f64),
@@ -706,7 +710,10 @@ pub fn scenario_from_file(
             ),
         ));
     }
-    let whole = matches!(workload, Workload::Layer | Workload::Step);
+    let whole = matches!(
+        workload,
+        Workload::Layer | Workload::Step | Workload::Attention
+    );
     if !whole {
         for (key, v) in [("parallel.ulysses", ulysses), ("parallel.dp", dp)] {
             if v != 1 {
@@ -1009,8 +1016,11 @@ pub fn scenario_from_file(
                 pp_schedule,
                 recompute: crate::scenario::Recompute::None,
                 zero: 3,
+                causal: s.causal,
+                attention_only: workload == Workload::Attention,
+                forward_only: false,
             };
-            if workload == Workload::Layer {
+            if workload != Workload::Step {
                 ls.layers = 1;
                 ls.micro_batches = 1;
             }
@@ -1070,7 +1080,43 @@ pub fn scenario_from_file(
         })?;
         hardware.name = format!("{} at sustained clocks", hardware.name);
     }
+    let forward_only = match s.passes.as_str() {
+        "fwd-bwd" => false,
+        "fwd" => true,
+        other => {
+            return Err(ConfigError::invalid(
+                &at("passes"),
+                "passes",
+                other,
+                "must be fwd-bwd or fwd",
+            ));
+        }
+    };
+    if forward_only && !matches!(workload, Workload::Layer | Workload::Attention) {
+        return Err(ConfigError::invalid(
+            &at("passes"),
+            "passes",
+            "fwd",
+            format!(
+                "a forward pass alone is for workloads layer and attention, not {}",
+                workload.name()
+            ),
+        ));
+    }
+    if !s.causal && !workload.is_layered() {
+        return Err(ConfigError::invalid(
+            &at("causal"),
+            "causal",
+            false,
+            format!(
+                "workload {} has no attention (layer, step and attention do)",
+                workload.name()
+            ),
+        ));
+    }
     Ok(Scenario {
+        causal: s.causal,
+        forward_only,
         clocks,
         name,
         model,

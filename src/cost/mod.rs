@@ -357,17 +357,18 @@ impl Attention {
     }
 }
 
-/// Time of a fused attention kernel: its FLOPs at the GEMM efficiency of the profile (an
-/// assumption: FlashAttention-2/3 kernels reach about the large-GEMM rate on Hopper;
-/// calibrate) or its HBM traffic at the memory-bound GEMM rate, whichever is longer, plus
-/// a launch.
+/// Time of a fused attention kernel: its FLOPs at the profile's attention efficiency
+/// (`gpu.attention_efficiency`; without one, the GEMMs' efficiency: an assumption that
+/// FlashAttention-2/3 kernels reach about the large-GEMM rate on Hopper) or its HBM
+/// traffic at the memory-bound GEMM rate, whichever is longer, plus a launch.
 pub fn attention_time(gpu: &GpuSpec, a: &Attention) -> Result<f64, CostError> {
     let peak = peak(gpu, a.dtype)?;
     let flops = a.flops();
     if flops == 0.0 {
         return Ok(0.0);
     }
-    let compute = flops / (peak * gpu.gemm.efficiency);
+    let eff = gpu.attention_efficiency.unwrap_or(gpu.gemm.efficiency);
+    let compute = flops / (peak * eff);
     let memory = a.bytes() / (gpu.hbm_bandwidth * gpu.gemm.memory_efficiency);
     Ok(gpu.gemm.launch + compute.max(memory))
 }
@@ -434,6 +435,7 @@ mod tests {
                 measured: Vec::new(),
             },
             sustained_gemm_slowdown: None,
+            attention_efficiency: None,
             memory: None,
             elementwise: ElementwiseParams {
                 efficiency: 0.9,
@@ -635,6 +637,29 @@ mod tests {
         assert!(gemm_time(&g, 512, 2048, 8192, DType::Bf16).unwrap() > 2.5 * thin);
         g.gemm.sm_load_bandwidth = Some(400e9);
         assert_eq!(gemm_time(&g, 8192, 8192, 8192, DType::Bf16).unwrap(), fat);
+    }
+
+    /// Attention runs at the profile's own attention efficiency where it gives one.
+    #[test]
+    fn attention_takes_its_own_efficiency() {
+        let mut g = gpu();
+        let a = Attention {
+            bh: 32,
+            seq_q: 4096,
+            seq_kv: 4096,
+            head_dim: 128,
+            causal: true,
+            backward: false,
+            dtype: DType::Bf16,
+        };
+        let at_gemm = attention_time(&g, &a).unwrap();
+        g.attention_efficiency = Some(0.4);
+        let own = attention_time(&g, &a).unwrap();
+        assert!((own / at_gemm - 0.8 / 0.4).abs() < 1e-9, "{own} {at_gemm}");
+        // Sustained clocks slow it like the GEMMs.
+        g.sustained_gemm_slowdown = Some(1.25);
+        let s = g.at_sustained_clocks().unwrap();
+        assert!((attention_time(&s, &a).unwrap() / own - 1.25).abs() < 1e-9);
     }
 
     #[test]

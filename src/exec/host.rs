@@ -319,7 +319,10 @@ fn matmul(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
 /// Compute `plan` on the host and compare every rank's result with the workload computed
 /// the plain way: the worst relative Frobenius error over ranks (0 when exact).
 pub fn check(plan: &Plan, workload: Workload) -> Result<f64, HostError> {
-    if matches!(workload, Workload::Layer | Workload::Step) {
+    if matches!(
+        workload,
+        Workload::Layer | Workload::Step | Workload::Attention
+    ) {
         return Err(HostError::NoDataflow);
     }
     let got = execute(plan)?;

@@ -127,7 +127,10 @@ pub fn memory_report(sc: &Scenario) -> Option<MemoryReport> {
 }
 
 fn training(sc: &Scenario) -> bool {
-    matches!(sc.workload, Workload::Layer | Workload::Step)
+    matches!(
+        sc.workload,
+        Workload::Layer | Workload::Step | Workload::Attention
+    )
 }
 
 fn report_of(sc: &Scenario, m: &crate::memory::Memory) -> MemoryReport {
@@ -191,7 +194,7 @@ pub struct GpuUse {
 /// step every tp × ulysses × dp rank) and the profile's count.
 pub fn gpu_use(sc: &Scenario) -> GpuUse {
     let used = match sc.workload {
-        Workload::Layer | Workload::Step => sc.parallel.world(),
+        Workload::Layer | Workload::Step | Workload::Attention => sc.parallel.world(),
         _ => sc.parallel.tp,
     };
     GpuUse {
@@ -222,10 +225,10 @@ fn idle_gpus_line(sc: &Scenario) -> Option<String> {
     let group = sc.parallel.tp.saturating_mul(sc.parallel.ulysses).max(1);
     let fill = (g.available % group == 0).then(|| g.available / group);
     Some(match (sc.workload, fill) {
-        (Workload::Layer | Workload::Step, Some(dp)) => {
+        (Workload::Layer | Workload::Step | Workload::Attention, Some(dp)) => {
             format!("gpus: {of}; `--dp {dp}` spreads data parallelism over all of them\n")
         }
-        (Workload::Layer | Workload::Step, None) => format!("gpus: {of}\n"),
+        (Workload::Layer | Workload::Step | Workload::Attention, None) => format!("gpus: {of}\n"),
         (w, _) => format!(
             "gpus: {of} (the {} workload is one tensor-parallel group; `--workload step --dp {}` runs data parallelism over the rest)\n",
             w.name(),
@@ -725,10 +728,7 @@ pub fn table(sc: &Scenario, run: &ScenarioRun) -> String {
     for row in &body {
         out.push_str(&line(row.iter().map(String::as_str).collect()));
     }
-    if matches!(
-        sc.workload,
-        crate::scenario::Workload::Layer | crate::scenario::Workload::Step
-    ) {
+    if sc.workload.is_layered() {
         out.push_str(
             "\ntokens/s and the sites that expose the most communication (critical rank):\n",
         );

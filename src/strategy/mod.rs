@@ -157,7 +157,9 @@ pub fn build_limited(
     max_ops: usize,
 ) -> Result<Plan, StrategyError> {
     match workload {
-        Workload::Layer | Workload::Step => layer_plan(sc, workload, strategy, symmetric, max_ops),
+        Workload::Layer | Workload::Step | Workload::Attention => {
+            layer_plan(sc, workload, strategy, symmetric, max_ops)
+        }
         Workload::AgGemm | Workload::GemmRs | Workload::Mlp => {
             mlp_plan(sc, workload, strategy, symmetric)
         }
@@ -248,7 +250,7 @@ fn mlp_plan(
             let ready = Blocks::inputs_ready(strategy, shape.ranks, m, a);
             shard_of(sites::gemm_rs(&mut b, &streams, strategy, "fc2", &shape, &ready)?.0)
         }
-        Workload::Layer | Workload::Step => {
+        Workload::Layer | Workload::Step | Workload::Attention => {
             return layer_plan(
                 sc,
                 workload,

@@ -914,6 +914,18 @@ fn cases(d: &Path) -> Vec<Case> {
             says: vec![s("--trace-window"), s("plan file")],
         },
         Case {
+            name: "a forward pass alone of a workload without one",
+            args: sim(&["--forward-only"]),
+            code: 2,
+            says: vec![s("--forward-only"), s("passes"), s("mlp")],
+        },
+        Case {
+            name: "no causal mask on a workload without attention",
+            args: sim(&["--non-causal", "--workload", "ag-gemm"]),
+            code: 2,
+            says: vec![s("--non-causal"), s("causal"), s("ag-gemm")],
+        },
+        Case {
             name: "unwritable trace path",
             args: sim(&["--trace", "/nonexistent-dir/t.json"]),
             code: 3,

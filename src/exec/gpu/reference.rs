@@ -115,7 +115,9 @@ pub(super) fn check(
                 width = w1c;
             }
             // Whole layers and steps are simulator-only plans (no data flow).
-            Workload::Layer | Workload::Step => return Err(GpuError::NoDataflow),
+            Workload::Layer | Workload::Step | Workload::Attention => {
+                return Err(GpuError::NoDataflow);
+            }
             Workload::GemmRs | Workload::Mlp => {
                 let (k, h) = find(plan, "w_fc2", r)?;
                 let a = match fc1_out {

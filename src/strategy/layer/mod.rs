@@ -300,7 +300,7 @@ impl Ctx<'_> {
             seq_q: s.seq.min(u32::MAX as u64) as u32,
             seq_kv: s.seq.min(u32::MAX as u64) as u32,
             head_dim: s.head_dim().min(u32::MAX as u64) as u32,
-            causal: true,
+            causal: s.causal,
             backward,
             dtype: s.dtype,
         });
@@ -322,12 +322,14 @@ impl Ctx<'_> {
             let input = ready_blocks(Strategy::QuerySplit, &s, &after);
             let compute = group.compute.clone();
             let mut before = |b: &mut PlanBuilder, r: usize, j: u64| {
+                // Without the mask every query slice sees the whole sequence.
+                let kv = if s.causal { (j + 1) * q } else { s.seq };
                 let kind = OpKind::Attention(crate::cost::Attention {
                     bh: s.batch * s.heads / n,
                     seq_q: q.min(u32::MAX as u64) as u32,
-                    seq_kv: ((j + 1) * q).min(u32::MAX as u64) as u32,
+                    seq_kv: kv.min(u32::MAX as u64) as u32,
                     head_dim: s.head_dim().min(u32::MAX as u64) as u32,
-                    causal: true,
+                    causal: s.causal,
                     backward: false,
                     dtype: s.dtype,
                 });
@@ -445,6 +447,9 @@ impl Ctx<'_> {
             self.gemm_rs(proj_st, "fwd.proj", h, &proj_in, proj_st)?
         };
         let r1 = self.elt("fwd.residual", 3, &proj)?;
+        if s.attention_only {
+            return Ok(r1);
+        }
         let n2 = self.elt("fwd.norm", 2, &r1)?;
         let fc1 = self.ag_gemm(fc1_st, "fwd.fc1", h, s.fc1_width, &n2)?;
         let act = self.activation(fc1_st, "fwd.act", &fc1)?;
@@ -463,19 +468,11 @@ impl Ctx<'_> {
             self.strategy_for("bwd", "fc1"),
             self.strategy_for("bwd", "fc2"),
         );
-        // FC2, row-parallel: dgrad = AG(dY) + GEMM; wgrad after it.
-        let fc2 = self.ag_gemm(fc2_st, "bwd.fc2.dgrad", h, s.ffn, dy)?;
-        let fc2_done = last(&fc2);
-        self.wgrad("bwd.fc2.wgrad", s.ffn / n, h, m, &fc2_done)?;
-        let act = self.activation(fc2_st, "bwd.act", &fc2)?;
-        // FC1, column-parallel: the bulk AG of its input for the wgrad goes first on the
-        // comm stream, under the dgrad GEMMs; then dgrad = GEMM + RS; then the wgrad.
-        let x2 = self.bulk_ag("bwd.fc1.ag", dy)?;
-        let fc1 = self.gemm_rs(fc1_st, "bwd.fc1.dgrad", s.fc1_width, &act, fc2_st)?;
-        let act_done = last(&act);
-        let w_after: PerRank = (0..self.n()).map(|r| later(act_done[r], x2[r])).collect();
-        self.wgrad("bwd.fc1.wgrad", h, s.fc1_width / n, m, &w_after)?;
-        let r2 = self.elt("bwd.norm", 3, &fc1)?;
+        let r2 = if s.attention_only {
+            dy.clone()
+        } else {
+            self.mlp_bwd(dy, fc1_st, fc2_st)?
+        };
         // Out-projection, row-parallel.
         let proj = self.ag_gemm(proj_st, "bwd.proj.dgrad", h, h, &r2)?;
         let proj_done = last(&proj);
@@ -496,6 +493,31 @@ impl Ctx<'_> {
         let w_after: PerRank = (0..self.n()).map(|r| later(a[r], x1[r])).collect();
         self.wgrad("bwd.qkv.wgrad", h, s.qkv_width() / n, m, &w_after)?;
         self.elt("bwd.norm", 3, &qkv)
+    }
+
+    /// The MLP block's backward from the layer's output gradient `dy`: FC2's dgrad and
+    /// wgrad, the activation's, FC1's; the gradient at the block's input.
+    fn mlp_bwd(
+        &mut self,
+        dy: &PerRank,
+        fc1_st: Strategy,
+        fc2_st: Strategy,
+    ) -> Result<PerRank, StrategyError> {
+        let s = *self.s;
+        let (h, m, n) = (s.hidden, s.tokens(), s.ranks as u64);
+        // FC2, row-parallel: dgrad = AG(dY) + GEMM; wgrad after it.
+        let fc2 = self.ag_gemm(fc2_st, "bwd.fc2.dgrad", h, s.ffn, dy)?;
+        let fc2_done = last(&fc2);
+        self.wgrad("bwd.fc2.wgrad", s.ffn / n, h, m, &fc2_done)?;
+        let act = self.activation(fc2_st, "bwd.act", &fc2)?;
+        // FC1, column-parallel: the bulk AG of its input for the wgrad goes first on the
+        // comm stream, under the dgrad GEMMs; then dgrad = GEMM + RS; then the wgrad.
+        let x2 = self.bulk_ag("bwd.fc1.ag", dy)?;
+        let fc1 = self.gemm_rs(fc1_st, "bwd.fc1.dgrad", s.fc1_width, &act, fc2_st)?;
+        let act_done = last(&act);
+        let w_after: PerRank = (0..self.n()).map(|r| later(act_done[r], x2[r])).collect();
+        self.wgrad("bwd.fc1.wgrad", h, s.fc1_width / n, m, &w_after)?;
+        self.elt("bwd.norm", 3, &fc1)
     }
 
     fn head_fwd(&mut self, x: &PerRank) -> Result<PerRank, StrategyError> {
@@ -698,6 +720,9 @@ pub fn build(
                 micro_batch: mb as u32,
                 pass,
             };
+            if !a.forward && s.forward_only {
+                continue;
+            }
             if a.forward {
                 c.b.set_scope(scope(None, Pass::Forward));
                 c.sync = false;
@@ -1125,6 +1150,9 @@ mod tests {
             pp_schedule: PpSchedule::OneFOneB,
             recompute: Recompute::None,
             zero: 3,
+            causal: true,
+            attention_only: false,
+            forward_only: false,
         }
     }
 
@@ -1149,6 +1177,64 @@ mod tests {
         // llama-3-70b: P = 8192·(64+16)·128 + 8192² + 8192·57344 + 28672·8192
         // = 83886080 + 67108864 + 469762048 + 234881024 = 855638016 (× 80 layers ≈ 68.5B).
         assert_eq!(shape("llama-3-70b", 8, 1, 8192).layer_params(), 855_638_016);
+    }
+
+    /// The attention block alone, the forward alone and attention without its mask: their
+    /// model FLOPs are the closed forms, their plans hold exactly their sites, and the
+    /// unmasked attention ops do the full square's work.
+    #[test]
+    fn attention_blocks_forward_passes_and_unmasked_attention() {
+        let base = shape("llama-3-8b", 4, 1, 2048);
+        let t = 2048.0;
+        let (h, s) = (4096.0, 2048.0);
+        let attn_params = 4096.0 * 48.0 * 128.0 + 4096.0 * 4096.0;
+        let mut a = base;
+        a.attention_only = true;
+        assert_eq!(a.attention_params() as f64, attn_params);
+        assert_eq!(
+            a.layer_model_flops(),
+            6.0 * attn_params * t + 6.0 * h * t * (s + 1.0)
+        );
+        let mut f = base;
+        f.forward_only = true;
+        assert_eq!(f.layer_model_flops(), base.layer_model_flops() / 3.0);
+        let mut nc = base;
+        nc.causal = false;
+        let p_all = base.layer_params() as f64;
+        assert_eq!(nc.layer_model_flops(), 6.0 * p_all * t + 12.0 * h * t * s);
+        let sites = |s: &LayerShape| {
+            let p = build(
+                s,
+                Strategy::Flash,
+                &BTreeMap::new(),
+                false,
+                None,
+                None,
+                usize::MAX,
+            )
+            .unwrap();
+            p.check_deadlock_free().unwrap();
+            assert_eq!(p.model_flops, s.layer_model_flops());
+            let attn: f64 = p
+                .ops
+                .iter()
+                .filter_map(|o| match o.kind {
+                    OpKind::Attention(a) => Some(a.flops()),
+                    _ => None,
+                })
+                .sum();
+            (p.sites.clone(), attn)
+        };
+        let (all, causal_attn) = sites(&base);
+        let (att, _) = sites(&a);
+        assert!(att.iter().all(|x| !x.contains("fc")), "{att:?}");
+        assert!(att.iter().any(|x| x == "bwd.qkv.wgrad"));
+        assert!(all.iter().any(|x| x == "fwd.fc1"));
+        let (fwd, _) = sites(&f);
+        assert!(fwd.iter().all(|x| !x.starts_with("bwd")), "{fwd:?}");
+        // Unmasked: every query sees 2048 keys instead of 1024.5 on average.
+        let (_, full_attn) = sites(&nc);
+        assert!((full_attn / causal_attn - 2.0 * s / (s + 1.0)).abs() < 1e-12);
     }
 
     #[test]

@@ -35,6 +35,12 @@ pub struct LayerShape {
     /// stages once per step (the first micro-batch's; the distributed optimizer's
     /// gather of the updated parameters, overlapped with the forward).
     pub zero: u8,
+    /// Causal attention (the mask halves its work).
+    pub causal: bool,
+    /// The attention block alone (no MLP).
+    pub attention_only: bool,
+    /// The forward pass alone (no backward, no gradient sync).
+    pub forward_only: bool,
 }
 
 impl LayerShape {
@@ -60,6 +66,9 @@ impl LayerShape {
             pp_schedule: sc.parallel.pp_schedule,
             recompute: sc.recompute,
             zero: sc.zero,
+            causal: sc.causal,
+            attention_only: sc.workload == crate::scenario::Workload::Attention,
+            forward_only: sc.forward_only,
         }
     }
 
@@ -95,18 +104,34 @@ impl LayerShape {
     /// h·(heads + 2·kv)·d + h·h + h·fc1_width + ffn·h.
     pub fn layer_params(&self) -> u64 {
         let h = self.hidden;
-        h * (self.heads + 2 * self.kv_heads) * self.head_dim()
-            + h * h
-            + h * self.fc1_width
-            + self.ffn * h
+        self.attention_params() + h * self.fc1_width + self.ffn * h
     }
 
     /// Model FLOPs of one layer forward + backward for one micro-batch (see the module
-    /// doc): 6·P·T + 6·h·T·(s+1).
+    /// doc): 6·P·T + 6·h·T·(s+1) with the causal mask, 6·P·T + 12·h·T·s without; the
+    /// attention block alone counts its own parameters (QKV and out-projection); the
+    /// forward alone a third (2·P·T + the attention forward).
     pub fn layer_model_flops(&self) -> f64 {
         let t = self.replica_tokens() as f64;
-        6.0 * self.layer_params() as f64 * t
-            + 6.0 * self.hidden as f64 * t * (self.seq as f64 + 1.0)
+        let (h, s) = (self.hidden as f64, self.seq as f64);
+        let params = if self.attention_only {
+            self.attention_params()
+        } else {
+            self.layer_params()
+        };
+        let attention = if self.causal {
+            6.0 * h * t * (s + 1.0)
+        } else {
+            12.0 * h * t * s
+        };
+        let both = 6.0 * params as f64 * t + attention;
+        if self.forward_only { both / 3.0 } else { both }
+    }
+
+    /// Parameters of the attention block: QKV and the out-projection.
+    pub fn attention_params(&self) -> u64 {
+        let h = self.hidden;
+        h * (self.heads + 2 * self.kv_heads) * self.head_dim() + h * h
     }
 
     /// Model FLOPs of a step: layers, the LM head (6·V·h·T), every micro-batch.

@@ -182,12 +182,18 @@ impl Ctx<'_> {
                     let r = self.uidx(d, j, t);
                     for i in 0..u {
                         let c = (j + i) % u;
+                        // Without the mask every chunk sees the whole sequence.
+                        let kv = if s.causal {
+                            (c as u64 + 1) * chunk
+                        } else {
+                            s.seq
+                        };
                         let kind = OpKind::Attention(crate::cost::Attention {
                             bh: s.batch * s.heads / (s.ranks as u64 * u as u64),
                             seq_q: chunk.min(u32::MAX as u64) as u32,
-                            seq_kv: ((c as u64 + 1) * chunk).min(u32::MAX as u64) as u32,
+                            seq_kv: kv.min(u32::MAX as u64) as u32,
                             head_dim: s.head_dim().min(u32::MAX as u64) as u32,
-                            causal: true,
+                            causal: s.causal,
                             backward: false,
                             dtype: s.dtype,
                         });

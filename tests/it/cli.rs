@@ -792,7 +792,13 @@ fn readme_examples_run_as_written() {
         "--samples 200",
     ];
     let d = tempfile::tempdir().unwrap();
-    for dir in ["models", "scenarios", "sweeps", "hardware-profiles", "plans"] {
+    for dir in [
+        "models",
+        "scenarios",
+        "sweeps",
+        "hardware-profiles",
+        "plans",
+    ] {
         std::os::unix::fs::symlink(root.join(dir), d.path().join(dir)).unwrap();
     }
     let exe = env!("CARGO_BIN_EXE_flashoverlap");

@@ -20,9 +20,12 @@
 //! join the reductions as *side ops*, and a side op that starts while a GEMM still fills
 //! every SM (before that GEMM's last, partial wave: [`cost::gemm_partial_tail`]; a GEMM
 //! that starts at the same instant counts, it takes the SMs first) is *blocked*: it makes
-//! no progress until no running GEMM fills the GPU. Once admitted it keeps its SMs; it
-//! runs at the reduction slowdown while a GEMM fills the GPU beside it and at full rate
-//! beside a GEMM's partial last wave. Each GEMM then also gets a *tail* event at its last
+//! no progress until no running GEMM fills the GPU. Once admitted it keeps its SMs; beside
+//! a GEMM that fills the GPU a reduction runs at the reduction slowdown and a copy at the
+//! memory-op slowdown (a copy kernel, resident, goes on beside the next GEMM: ten 8192³
+//! GEMMs beside ten 1 GiB copies measured the copies ending ~0.4 ms after the last GEMM,
+//! where the reductions' slowdown starved them to 3.7 ms after), both at full rate beside
+//! a GEMM's partial last wave. Each GEMM then also gets a *tail* event at its last
 //! wave's start, where blocked ops are admitted.
 //!
 //! Whenever a count changes, every running op of that rank whose factor changed keeps the
@@ -269,7 +272,10 @@ impl InterferenceState {
             }
             // Slowed only beside a GEMM that fills the GPU.
             return Ok(if self.gemm_fills_sms(gpu, plan, r, now, base)? {
-                self.model.params.reduction_slowdown_beside_gemm
+                match o.kind {
+                    OpKind::Copy { .. } => self.model.params.memory_op_slowdown_beside_gemm,
+                    _ => self.model.params.reduction_slowdown_beside_gemm,
+                }
             } else {
                 1.0
             });

@@ -751,6 +751,54 @@ fn a_side_copy_ready_with_the_gemm_waits_and_without_admission_does_not() {
     close(g_end, gd, "GEMM beside the copy, no admission");
 }
 
+/// A long copy on a comm stream beside two GEMMs back to back (7 waves each): admitted
+/// at the first GEMM's last wave, it keeps its SMs when the second GEMM starts and goes
+/// on at the memory-op slowdown `s` (not the reductions' far larger one). With the GEMM
+/// unslowed and a copy of 2G/7: G/7 of it in the first tail, the rest beside the second
+/// GEMM: copy end = G + s·G/7.
+#[test]
+fn an_admitted_copy_goes_on_beside_the_next_gemm_at_the_memory_op_rate() {
+    let hw = config::load_hardware("h100-sxm-8", None).unwrap();
+    let t = OpTag {
+        site: 0,
+        step: 0,
+        slice: 0,
+    };
+    let (m, n, k) = (7680, 3584, 4096);
+    let dtype = crate::scenario::DType::Bf16;
+    let gd = gemm_time(&hw.gpu, m, n, k, dtype).unwrap();
+    let e = &hw.gpu.elementwise;
+    let want = 2.0 * gd / 7.0;
+    let bytes = ((want - e.launch) * hw.gpu.hbm_bandwidth * e.efficiency / 2.0) as u64;
+    let cd = elementwise_time(&hw.gpu, 2 * bytes);
+    let mut b = PlanBuilder::new(1);
+    b.site("x");
+    let c0 = b.stream(0, "compute", StreamKind::Compute);
+    let s0 = b.stream(0, "side", StreamKind::Comm);
+    let g1 = b
+        .single(c0, OpKind::Gemm { m, n, k, dtype }, &[], t)
+        .unwrap();
+    b.single(c0, OpKind::Gemm { m, n, k, dtype }, &[], t)
+        .unwrap();
+    let cp = b.single(s0, OpKind::Copy { bytes }, &[], t).unwrap();
+    let plan = b.finish().unwrap();
+    let mut i = model(Transport::CopyEngine, 8, 1.0, 3.0).unwrap();
+    i.params.gemm_slowdown_beside_reduction = 1.0;
+    i.params.reduction_slowdown_beside_gemm = 20.0;
+    i.params.memory_ops_wait_for_gemm_sms = true;
+    let opts = SimOptions {
+        interference: Some(i),
+        ..SimOptions::default()
+    };
+    let r = simulate(&plan, &hw, &opts).unwrap();
+    close(r.times[g1 as usize].end, gd, "first GEMM");
+    close(
+        r.times[cp as usize].end,
+        gd + 3.0 * (cd - gd / 7.0),
+        "copy end",
+    );
+}
+
 /// A reduction (an add on a comm stream) beside a GEMM: the add runs `s` slower until it
 /// ends, the GEMM `f` slower while the add runs. Both start at 0 and the add ends first:
 /// add end = s·A; GEMM end = s·A + G − s·A/f. An add on the compute stream (not a

@@ -314,7 +314,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
         }
         write_trace(path, sim.trace_of(&filter), a.force)?;
     }
-    write_out(&a, &sim.out_files())?;
+    write_out(&a, || sim.out_files())?;
     if let Some(path) = &a.plot {
         let title = table.lines().next().unwrap_or("timeline").to_string();
         let timelines: Vec<_> = sim.run.runs.iter().map(|r| &r.timeline).collect();
@@ -354,7 +354,7 @@ fn run_plan(
     if let Some(p) = &a.trace {
         write_trace(p, sim.trace_of(&filter), a.force)?;
     }
-    write_out(a, &sim.out_files())?;
+    write_out(a, || sim.out_files())?;
     if let Some(p) = &a.plot {
         let title = table.lines().next().unwrap_or("timeline").to_string();
         super::plot::simulate_plot(p, &title, &[&sim.timeline], a.force)?;
@@ -375,16 +375,19 @@ fn write_trace(path: &std::path::Path, text: String, force: bool) -> Result<(), 
     write_atomic(path, &bytes, force).map_err(CliError::output)
 }
 
-/// The `--out` folder's files, whole or not at all.
-fn write_out(a: &Args, files: &[(String, String)]) -> Result<(), CliError> {
+/// The `--out` folder's files, whole or not at all; `files` is called only when there is
+/// a folder to write (it renders the trace and the timelines: seconds and gigabytes for a
+/// thousand-GPU step).
+fn write_out(a: &Args, files: impl FnOnce() -> Vec<(String, String)>) -> Result<(), CliError> {
     let Some(dir) = &a.out else { return Ok(()) };
+    let files = files();
     std::fs::create_dir_all(dir).map_err(|source| {
         CliError::output(crate::io::OutputError::Write {
             path: dir.display().to_string(),
             source,
         })
     })?;
-    crate::io::write_set(dir, files, a.force).map_err(CliError::output)
+    crate::io::write_set(dir, &files, a.force).map_err(CliError::output)
 }
 
 /// The `--straggler` flags, each target once.

@@ -457,6 +457,45 @@ def search(
     return Search(doc["search"], doc["csv"], doc["summary"])
 
 
+class PlanResults:
+    """What ``simulate_plan`` returns: ``results`` (the command's JSON as a dict:
+    ``makespan_us``, ``compute_us``, ``streams`` with each stream's span and busy time,
+    ...), and the plan's ``timeline``."""
+
+    def __init__(self, results: Dict[str, Any], timeline: Timeline):
+        self.results = results
+        self.timeline = timeline
+        self.makespan_us: float = results["makespan_us"]
+        self.streams: List[Dict[str, Any]] = results["streams"]
+
+    def __repr__(self) -> str:
+        return f"<PlanResults {self.results['plan']}: {self.makespan_us:.1f} us>"
+
+    def to_pandas(self) -> Any:
+        """Each stream's row (rank, stream, ops, first start, last end, busy time)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.streams)
+
+
+def simulate_plan(
+    path: str,
+    scenario: str = "default",
+    *,
+    hardware: Optional[str] = None,
+    nodes: Optional[int] = None,
+    transport: Optional[str] = None,
+    interference: Optional[bool] = None,
+    clocks: Optional[str] = None,
+) -> PlanResults:
+    """Simulate a plan file of your own (``simulate --plan``: TOML or JSON, see the
+    README's "Plans of your own") on the hardware of ``scenario``, with the keyword
+    arguments as the command's flags."""
+    kwargs = dict(hardware=hardware, nodes=nodes, transport=transport, interference=interference, clocks=clocks)
+    doc = json.loads(_core.simulate_plan(str(path), scenario, {k: v for k, v in kwargs.items() if v is not None}))
+    return PlanResults(doc["results"], Timeline(doc["timeline"]))
+
+
 def load_timeline(path: str) -> Timeline:
     """Read a timeline file (``timeline-<strategy>.json`` of ``simulate --out``, or the
     ``measured-<strategy>.json`` and ``predicted-<strategy>.json`` of ``run --out``),

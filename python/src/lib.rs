@@ -520,6 +520,42 @@ fn app_error(e: flashoverlap::app::Error) -> PyErr {
     }
 }
 
+/// A plan file (`simulate --plan`) simulated on the hardware of `scenario` with `kwargs`
+/// overriding its fields (hardware, nodes, transport, interference, clocks); JSON of
+/// `{"results": <the command's JSON>, "timeline": <timeline file>}`.
+#[pyfunction]
+#[pyo3(signature = (path, scenario = "default", kwargs = None))]
+fn simulate_plan(
+    py: Python<'_>,
+    path: &str,
+    scenario: &str,
+    kwargs: Option<&Bound<'_, PyDict>>,
+) -> PyResult<String> {
+    use flashoverlap::app::simulate as app;
+    let o = overrides(kwargs)?;
+    let label = |key: &str| {
+        let arg = config::overrides::argument_of(key);
+        format!("argument ({arg})")
+    };
+    let (sc, _) =
+        app::scenario(scenario, &o, &label).map_err(|e| PyValueError::new_err(chain(&e)))?;
+    let path = std::path::PathBuf::from(path);
+    let sim = py
+        .detach(|| app::run_plan(&sc, &path, &app::Options::default()))
+        .map_err(|e| match e {
+            app::PlanError::Config(flashoverlap::config::ConfigError::Io { .. }) => {
+                PyOSError::new_err(chain(&e))
+            }
+            app::PlanError::Sim { .. } => PyRuntimeError::new_err(chain(&e)),
+            e => PyValueError::new_err(chain(&e)),
+        })?;
+    Ok(format!(
+        "{{\"results\": {}, \"timeline\": {}}}",
+        sim.json(),
+        flashoverlap::timeline::file::to_json(&sim.timeline)
+    ))
+}
+
 /// A timeline file (predicted or measured), read and checked as `plot` and `validate`
 /// read it; its JSON.
 #[pyfunction]
@@ -598,6 +634,7 @@ fn arguments() -> Vec<&'static str> {
 fn _flashoverlap(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(simulate, m)?)?;
     m.add_function(wrap_pyfunction!(load_timeline, m)?)?;
+    m.add_function(wrap_pyfunction!(simulate_plan, m)?)?;
     m.add_function(wrap_pyfunction!(validate, m)?)?;
     m.add_function(wrap_pyfunction!(collective, m)?)?;
     m.add_function(wrap_pyfunction!(sweep, m)?)?;

@@ -47,6 +47,31 @@ def test_attention_blocks_and_forward_passes():
     assert fwd < attn < layer and attn < full
 
 
+def test_a_plan_file_is_the_commands(tmp_path):
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    plan = os.path.join(root, "plans", "gemms-beside-copies.toml")
+    hw = os.path.join(root, "hardware-profiles", "measured", "h200-measured.toml")
+    r = fo.simulate_plan(plan, hardware=hw)
+    assert len(r.timeline) == 20
+    assert {s["stream"] for s in r.streams} == {"compute", "copy"}
+    bad = tmp_path / "bad.toml"
+    bad.write_text('version = 1\n[[op]]\nkind = "conv"\n')
+    with pytest.raises(ValueError, match=r"op\[0\]\.kind"):
+        fo.simulate_plan(str(bad))
+    with pytest.raises(OSError):
+        fo.simulate_plan(str(tmp_path / "missing.toml"))
+    exe = os.environ.get("FLASHOVERLAP_BIN")
+    if not exe:
+        pytest.skip("FLASHOVERLAP_BIN is not set (scripts/test sets it to the built binary)")
+    cli = subprocess.run(
+        [exe, "simulate", "--plan", plan, "--hardware", hw, "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert r.results == json.loads(cli.stdout)
+
+
 def test_errors_carry_the_commands_messages():
     with pytest.raises(ValueError) as e:
         fo.simulate(tp=0)

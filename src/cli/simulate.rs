@@ -430,3 +430,33 @@ fn trace_filter(a: &Args) -> Result<crate::trace::TraceFilter, CliError> {
         .map_err(super::from_app)?;
     Ok(crate::trace::TraceFilter { ranks, ..filter })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::FromArgMatches;
+
+    fn args(extra: &[&str]) -> Args {
+        let mut argv = vec!["flashoverlap", "simulate"];
+        argv.extend(extra);
+        let m = crate::cli::command().try_get_matches_from(argv).unwrap();
+        let (_, sub) = m.subcommand().unwrap();
+        Args::from_arg_matches(sub).unwrap()
+    }
+
+    /// The `--out` files (the trace and every timeline: seconds and gigabytes for a
+    /// thousand-GPU step) are rendered only when there is a folder to write them to.
+    #[test]
+    fn out_files_are_rendered_only_for_a_folder() {
+        write_out(&args(&[]), || panic!("rendered without --out")).unwrap();
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("o");
+        let mut called = false;
+        write_out(&args(&["--out", dir.to_str().unwrap()]), || {
+            called = true;
+            vec![("a.txt".to_string(), "x".to_string())]
+        })
+        .unwrap();
+        assert!(called && dir.join("a.txt").exists());
+    }
+}

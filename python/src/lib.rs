@@ -146,13 +146,7 @@ fn simulate(
     kwargs: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<String> {
     use flashoverlap::app::simulate as app;
-    let o = overrides(kwargs)?;
-    let label = |key: &str| {
-        let arg = config::overrides::argument_of(key);
-        format!("argument ({arg})")
-    };
-    let (sc, _) =
-        app::scenario(scenario, &o, &label).map_err(|e| PyValueError::new_err(chain(&e)))?;
+    let sc = scenario_of(scenario, kwargs)?;
     let opts = app::Options {
         allow_oom,
         ..app::Options::default()
@@ -520,6 +514,22 @@ fn app_error(e: flashoverlap::app::Error) -> PyErr {
     }
 }
 
+/// The scenario `scenario` names with `kwargs` overriding its fields, errors labelled
+/// with the Python argument that set the key.
+fn scenario_of(
+    scenario: &str,
+    kwargs: Option<&Bound<'_, PyDict>>,
+) -> PyResult<flashoverlap::scenario::Scenario> {
+    let o = overrides(kwargs)?;
+    let label = |key: &str| {
+        let arg = config::overrides::argument_of(key);
+        format!("argument ({arg})")
+    };
+    let (sc, _) = flashoverlap::app::simulate::scenario(scenario, &o, &label)
+        .map_err(|e| PyValueError::new_err(chain(&e)))?;
+    Ok(sc)
+}
+
 /// A plan file (`simulate --plan`) simulated on the hardware of `scenario` with `kwargs`
 /// overriding its fields (hardware, nodes, transport, interference, clocks); JSON of
 /// `{"results": <the command's JSON>, "timeline": <timeline file>}`.
@@ -532,13 +542,7 @@ fn simulate_plan(
     kwargs: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<String> {
     use flashoverlap::app::simulate as app;
-    let o = overrides(kwargs)?;
-    let label = |key: &str| {
-        let arg = config::overrides::argument_of(key);
-        format!("argument ({arg})")
-    };
-    let (sc, _) =
-        app::scenario(scenario, &o, &label).map_err(|e| PyValueError::new_err(chain(&e)))?;
+    let sc = scenario_of(scenario, kwargs)?;
     let path = std::path::PathBuf::from(path);
     let sim = py
         .detach(|| app::run_plan(&sc, &path, &app::Options::default()))

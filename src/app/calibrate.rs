@@ -144,6 +144,23 @@ pub struct Fit {
     pub evaluations: usize,
 }
 
+impl Fit {
+    /// `base` with this fit's analytic model on `c`'s GPU (no measured table).
+    pub fn model(&self, base: &GpuSpec, c: &Calibration) -> GpuSpec {
+        let mut g = base.clone();
+        g.sm_count = c.sm_count.max(1) as u64;
+        g.gemm.measured.clear();
+        g.gemm.efficiency = self.efficiency;
+        g.gemm.k_half = self.k_half;
+        g.gemm.launch = self.launch;
+        g.gemm.alt_tiles = self.alt_tiles.clone();
+        g.gemm.sm_load_bandwidth = Some(self.sm_load_bandwidth);
+        g.gemm.split_launch = self.split_launch;
+        g.gemm.stream_k_overhead = Some(self.stream_k_overhead);
+        g
+    }
+}
+
 /// Signed relative errors (model − measured) / measured over the measured GEMMs.
 fn signed_errors(gpu: &GpuSpec, c: &Calibration) -> Vec<f64> {
     c.gemms
@@ -284,17 +301,7 @@ pub fn holdout_errors(base: &GpuSpec, c: &Calibration) -> (f64, f64) {
     if train.gemms.is_empty() || test.gemms.is_empty() {
         return (0.0, 0.0);
     }
-    let fit = fit_gemm(base, &train);
-    let mut g = base.clone();
-    g.sm_count = c.sm_count.max(1) as u64;
-    g.gemm.measured.clear();
-    g.gemm.efficiency = fit.efficiency;
-    g.gemm.k_half = fit.k_half;
-    g.gemm.launch = fit.launch;
-    g.gemm.alt_tiles = fit.alt_tiles;
-    g.gemm.sm_load_bandwidth = Some(fit.sm_load_bandwidth);
-    g.gemm.split_launch = fit.split_launch;
-    g.gemm.stream_k_overhead = Some(fit.stream_k_overhead);
+    let g = fit_gemm(base, &train).model(base, c);
     median_worst(signed_errors(&g, &test).iter().map(|e| e.abs()).collect())
 }
 

@@ -254,23 +254,8 @@ fn stream_rows(tl: &crate::timeline::Timeline) -> Vec<(u32, String, usize, f64, 
             spans[st as usize].push((s.start, s.end));
         }
     }
-    for (r, mut sp) in rows.iter_mut().zip(spans) {
-        sp.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let (mut busy, mut cur): (f64, Option<(f64, f64)>) = (0.0, None);
-        for (a, b) in sp {
-            cur = match cur {
-                Some((s, e)) if a <= e => Some((s, e.max(b))),
-                Some((s, e)) => {
-                    busy += e - s;
-                    Some((a, b))
-                }
-                None => Some((a, b)),
-            };
-        }
-        if let Some((s, e)) = cur {
-            busy += e - s;
-        }
-        r.5 = busy;
+    for (r, sp) in rows.iter_mut().zip(spans) {
+        r.5 = crate::timeline::metrics::Intervals::from_unsorted(sp).measure();
         if r.2 == 0 {
             r.3 = 0.0;
         }

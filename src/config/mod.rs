@@ -131,11 +131,15 @@ pub fn resolve(kind: PresetKind, spec: &str, base: Option<&Path>) -> Result<Sour
             known: known.join(", "),
         });
     }
-    let text = crate::io::read_text(&path, crate::io::MAX_CONFIG_BYTES).map_err(|source| {
-        ConfigError::Io {
-            path: path.display().to_string(),
-            source,
-        }
+    read_source(&path, crate::io::MAX_CONFIG_BYTES)
+}
+
+/// The file at `path` (a regular file of at most `limit` bytes) as a [`Source`] named by
+/// its path, relative paths inside it resolving against its folder.
+pub fn read_source(path: &Path, limit: u64) -> Result<Source, ConfigError> {
+    let text = crate::io::read_text(path, limit).map_err(|source| ConfigError::Io {
+        path: path.display().to_string(),
+        source,
     })?;
     Ok(Source {
         name: path.display().to_string(),

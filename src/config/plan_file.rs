@@ -152,15 +152,7 @@ pub const MAX_PLAN_BYTES: u64 = 256 << 20;
 
 /// Read the plan file at `path` (a regular file, at most [`MAX_PLAN_BYTES`]).
 pub fn read(path: &std::path::Path) -> R<Source> {
-    let text = crate::io::read_text(path, MAX_PLAN_BYTES).map_err(|source| ConfigError::Io {
-        path: path.display().to_string(),
-        source,
-    })?;
-    Ok(Source {
-        name: path.display().to_string(),
-        text,
-        dir: path.parent().map(std::path::Path::to_path_buf),
-    })
+    super::read_source(path, MAX_PLAN_BYTES)
 }
 
 /// Read a plan file (TOML, or JSON when the name ends in `.json`). `dataflow`: give every

@@ -156,35 +156,33 @@ pub fn settle_done(runs: &[(f64, f64)], s: &Settle) -> Option<bool> {
     if now < s.min_s.max(2.0 * s.window_s) {
         return None;
     }
-    let median = |lo: f64, hi: f64| {
-        let mut v: Vec<f64> = runs
-            .iter()
-            .filter(|r| r.0 > lo && r.0 <= hi)
-            .map(|r| r.1)
-            .collect();
-        v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied()
-    };
-    let last = median(now - s.window_s, now)?;
-    let before = median(now - 2.0 * s.window_s, now - s.window_s)?;
+    let last = window_median(runs, now - s.window_s, now)?;
+    let before = window_median(runs, now - 2.0 * s.window_s, now - s.window_s)?;
     ((last / before - 1.0).abs() <= s.tolerance).then_some(true)
 }
 
 /// The record of a settling loop from its runs (time since start, makespan).
 pub fn settled(runs: &[(f64, f64)], s: &Settle, converged: bool) -> Settled {
-    let median = |pick: &dyn Fn(f64) -> bool| {
-        let mut v: Vec<f64> = runs.iter().filter(|r| pick(r.0)).map(|r| r.1).collect();
-        v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-    };
     let end = runs.last().map_or(0.0, |r| r.0);
+    let median = |lo: f64, hi: f64| window_median(runs, lo, hi).unwrap_or(f64::NAN);
     Settled {
         seconds: end,
         runs: runs.len() as u32,
         converged,
-        first_window_makespan_s: median(&|t| t <= s.window_s),
-        last_window_makespan_s: median(&|t| t > end - s.window_s),
+        first_window_makespan_s: median(f64::NEG_INFINITY, s.window_s),
+        last_window_makespan_s: median(end - s.window_s, end),
     }
+}
+
+/// The median makespan of the runs that ended in (`lo`, `hi`] seconds.
+fn window_median(runs: &[(f64, f64)], lo: f64, hi: f64) -> Option<f64> {
+    let mut v: Vec<f64> = runs
+        .iter()
+        .filter(|r| r.0 > lo && r.0 <= hi)
+        .map(|r| r.1)
+        .collect();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied()
 }
 
 /// Milliseconds of heater before every run and every calibration measurement unless asked

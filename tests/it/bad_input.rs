@@ -397,12 +397,12 @@ fn cases(d: &Path) -> Vec<Case> {
         },
         Case {
             name: "sustained clocks on a profile that has not measured them",
-            args: sim(&["--clocks", "sustained"]),
+            args: sim(&["--hardware", "a100-sxm-8", "--clocks", "sustained"]),
             code: 2,
             says: vec![
                 s("--clocks"),
                 s("= sustained"),
-                s("h100-sxm-8"),
+                s("a100-sxm-8"),
                 s("gpu.sustained_gemm_slowdown"),
             ],
         },

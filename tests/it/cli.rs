@@ -102,7 +102,15 @@ fn layers_default_to_sustained_clocks_where_the_profile_measured_them() {
     );
     assert_eq!(run(&["--workload", "mlp"])["scenario"]["clocks"], "burst");
     // A preset without the figure stays at burst clocks under auto.
-    let preset = stdout(&["simulate", "--workload", "layer", "--format", "json"]);
+    let preset = stdout(&[
+        "simulate",
+        "--workload",
+        "layer",
+        "--hardware",
+        "a100-sxm-8",
+        "--format",
+        "json",
+    ]);
     let v: serde_json::Value = serde_json::from_str(&preset).unwrap();
     assert_eq!(v["scenario"]["clocks"], "burst");
 }

@@ -137,6 +137,8 @@ fn scenario_u(workload: Workload, gbps: f64, free_compute: bool, dp: u64, u: u64
         g.peak_flops = [Some(1e30); 4];
         g.hbm_bandwidth = 1e30;
         g.gemm.launch = 0.0;
+        g.gemm.split_launch = 0.0;
+        g.gemm.sm_load_bandwidth = None;
         g.gemm.measured.clear();
         g.elementwise.launch = 0.0;
     }

@@ -18,9 +18,38 @@ fn close(got: f64, want: f64, what: &str) {
     );
 }
 
+/// h100-sxm-8 with the GEMM model these closed forms were written for, pinned here so that
+/// a refit of the preset does not move them: one 128×256 tile in whole waves, 75% of peak,
+/// k_half 64, 4 µs launch, no alternative tiles, no per-SM load bound, split-K free.
+fn h100() -> crate::scenario::Hardware {
+    let mut hw = config::load_hardware("h100-sxm-8", None).unwrap();
+    pin_gemm(&mut hw.gpu.gemm);
+    hw
+}
+
+fn pin_gemm(g: &mut crate::scenario::GemmParams) {
+    g.tile_m = 128;
+    g.tile_n = 256;
+    g.efficiency = 0.75;
+    g.k_half = 64.0;
+    g.memory_efficiency = 0.85;
+    g.launch = 4e-6;
+    g.alt_tiles.clear();
+    g.sm_load_bandwidth = None;
+    g.split_launch = 0.0;
+    g.stream_k_overhead = None;
+}
+
+/// The embedded default scenario on [`h100`]'s GEMM model.
+fn default_scenario() -> Scenario {
+    let mut sc = config::load_scenario("default").unwrap();
+    pin_gemm(&mut sc.hardware.gpu.gemm);
+    sc
+}
+
 /// The default scenario on an NVSwitch node whose links have `gbps` per direction.
 fn scenario(tp: u64, gbps: f64, workload: Workload) -> Scenario {
-    let mut sc = config::load_scenario("default").unwrap();
+    let mut sc = default_scenario();
     // The closed forms know nothing of interference.
     sc.interference = false;
     sc.parallel.tp = tp;
@@ -358,7 +387,7 @@ fn direct_pays_for_distance_on_a_ring() {
 fn default_scenario_ordering_and_exposure() {
     // Without interference flash hides all but the last hop; with it (the default) the
     // slowed GEMMs and adds leave some communication exposed.
-    let mut sc = config::load_scenario("default").unwrap();
+    let mut sc = default_scenario();
     sc.interference = false;
     let (seq, seq_x) = makespan(&sc, Strategy::Sequential);
     let (chk, _) = makespan(&sc, Strategy::Chunked(4));
@@ -384,7 +413,7 @@ fn two_flows(same_link: bool) -> (f64, f64) {
         },
     )
     .unwrap();
-    let mut hw = config::load_hardware("h100-sxm-8", None).unwrap();
+    let mut hw = h100();
     hw.topology = topo;
     hw.comm.message_latency = 0.0;
     let mut b = PlanBuilder::new(4);
@@ -449,7 +478,7 @@ fn max_min_fair_sharing_textbook_cases() {
 
 #[test]
 fn bytes_sent_equal_bytes_received() {
-    let sc = config::load_scenario("default").unwrap();
+    let sc = default_scenario();
     for s in [Strategy::Sequential, Strategy::Chunked(4), Strategy::Flash] {
         let r = run_strategy(&sc, s, &SimOptions::default()).unwrap();
         let recv: u64 = r
@@ -471,7 +500,7 @@ fn bytes_sent_equal_bytes_received() {
 
 #[test]
 fn event_budget_is_enforced() {
-    let sc = config::load_scenario("default").unwrap();
+    let sc = default_scenario();
     let opts = SimOptions {
         record_links: false,
         max_events: 10,
@@ -577,7 +606,7 @@ fn gemm_beside_send(
     recv_after_bytes: u64,
     interference: Option<Interference>,
 ) -> (f64, f64, f64) {
-    let mut hw = config::load_hardware("h100-sxm-8", None).unwrap();
+    let mut hw = h100();
     hw.comm.message_latency = 0.0;
     let mut b = PlanBuilder::new(2);
     b.site("x");
@@ -672,7 +701,7 @@ fn admission_case(
     a: f64,
     admission: bool,
 ) -> ((f64, f64, f64), f64, f64) {
-    let hw = config::load_hardware("h100-sxm-8", None).unwrap();
+    let hw = h100();
     let t = OpTag {
         site: 0,
         step: 0,
@@ -758,7 +787,7 @@ fn a_side_copy_ready_with_the_gemm_waits_and_without_admission_does_not() {
 /// GEMM: copy end = G + s·G/7.
 #[test]
 fn an_admitted_copy_goes_on_beside_the_next_gemm_at_the_memory_op_rate() {
-    let hw = config::load_hardware("h100-sxm-8", None).unwrap();
+    let hw = h100();
     let t = OpTag {
         site: 0,
         step: 0,
@@ -805,7 +834,7 @@ fn an_admitted_copy_goes_on_beside_the_next_gemm_at_the_memory_op_rate() {
 /// reduction) leaves the GEMM alone.
 #[test]
 fn a_reduction_beside_a_gemm_slows_both_while_they_overlap() {
-    let hw = config::load_hardware("h100-sxm-8", None).unwrap();
+    let hw = h100();
     let t = OpTag {
         site: 0,
         step: 0,
@@ -859,7 +888,7 @@ fn a_reduction_beside_a_gemm_slows_both_while_they_overlap() {
 fn one_wave_gemm_under_an_sm_holding_transport_takes_two_waves() {
     // 11 × 12 = 132 tiles of 128 × 256: exactly one wave on H100's 132 SMs.
     let (m, n) = (11 * 128, 12 * 256);
-    let hw = config::load_hardware("h100-sxm-8", None).unwrap();
+    let hw = h100();
     let c = crate::cost::gemm_cost(&hw.gpu, m, n, 4096, crate::scenario::DType::Bf16).unwrap();
     assert_eq!(c.waves, 1);
     // The send is posted for the GEMM's whole life (its recv comes much later).
@@ -886,7 +915,7 @@ fn a_rate_change_mid_run_keeps_the_work_done() {
     // A GEMM of duration d; the transfer starts moving bytes at t0 (behind rank 1's copy)
     // and outlasts it, slowing the GEMM by 1.5 from then on: end = t0 + (d - t0) · 1.5.
     let (m, n) = (8192, 8192);
-    let hw = config::load_hardware("h100-sxm-8", None).unwrap();
+    let hw = h100();
     let d = gemm_time(&hw.gpu, m, n, 4096, crate::scenario::DType::Bf16).unwrap();
     let copy_bytes = 200_000_000;
     let t0 = elementwise_time(&hw.gpu, 2 * copy_bytes);
@@ -900,7 +929,7 @@ fn a_rate_change_mid_run_keeps_the_work_done() {
 
 #[test]
 fn interference_off_or_neutral_reproduces_the_core_numbers_exactly() {
-    let sc = config::load_scenario("default").unwrap();
+    let sc = default_scenario();
     assert!(sc.interference && sc.hardware.interference.is_some());
     let mut off = sc.clone();
     off.interference = false;
@@ -937,7 +966,7 @@ fn interference_off_or_neutral_reproduces_the_core_numbers_exactly() {
 fn memory_op_beside_a_gemm_runs_slower() {
     // The Flash-RS add on the comm stream runs beside the next GEMM: with the
     // slowdown on, the flash MLP's adds take longer than their cost-model time.
-    let sc = config::load_scenario("default").unwrap();
+    let sc = default_scenario();
     let plan = crate::strategy::build(&sc, sc.workload, Strategy::Flash).unwrap();
     let opts = SimOptions::default().for_scenario(&sc);
     let r = simulate(&plan, &sc.hardware, &opts).unwrap();
@@ -980,7 +1009,7 @@ fn collective_time(
 #[test]
 fn collective_closed_forms_per_topology() {
     use crate::strategy::collective::{Algorithm as A, CollectiveOp as C};
-    let mut hw = config::load_hardware("h100-sxm-8", None).unwrap();
+    let mut hw = h100();
     let (bw, lat) = (370e9, 0.5e-6);
     let alpha = hw.comm.message_latency;
     let step = hw.comm.step_latency;
@@ -1073,7 +1102,7 @@ fn large_ring_all_reduce_busbw_on_h100_sxm_8_is_in_the_published_range() {
     // NVLink bandwidth of ~370 GB/s on 8 H100s, observed as busbw of a ring all-reduce
     // (NCCL_ALGO=RING); NVLink SHARP (not modelled) reaches ~480 GB/s.
     use crate::strategy::collective::{Algorithm as A, CollectiveOp as C};
-    let hw = config::load_hardware("h100-sxm-8", None).unwrap();
+    let hw = h100();
     let s = 8u64 << 30;
     let t = collective_time(&hw, C::AllReduce, A::Ring, 8, s);
     let busbw = s as f64 / t * C::AllReduce.busbw_factor(8) / 1e9;
@@ -1287,10 +1316,10 @@ fn symmetric_plans_reproduce_the_full_simulation() {
         bandwidth: 50.0 * (1u64 << 30) as f64,
         latency: 0.5e-6,
     };
-    let mut ring = config::load_hardware("h100-sxm-8", None).unwrap();
+    let mut ring = h100();
     ring.topology = Topology::ring("ring-12", 12, link).unwrap();
-    let nvs = config::load_hardware("h100-sxm-8", None).unwrap();
-    let mut mesh = config::load_hardware("h100-sxm-8", None).unwrap();
+    let nvs = h100();
+    let mut mesh = h100();
     mesh.topology = Topology::full_mesh("mesh-6", 6, link).unwrap();
     // 4 leaf groups of 2 nodes × 2 GPUs, the spine tapered 2:1 so cross-group
     // messages contend there.
@@ -1384,7 +1413,7 @@ fn symmetric_plans_refuse_what_breaks_the_symmetry() {
     use crate::strategy::collective::{
         Algorithm as A, CollectiveOp as C, CollectiveSpec, build_with,
     };
-    let hw = config::load_hardware("h100-sxm-8", None).unwrap();
+    let hw = h100();
     let spec = CollectiveSpec {
         op: C::AllReduce,
         algorithm: A::Ring,

@@ -95,6 +95,96 @@ pub struct Model {
     pub activation: Activation,
     /// The LM head shares the embedding matrix.
     pub tied_embeddings: bool,
+    /// A mixture of experts in place of the dense MLP (from layer `dense_layers` on).
+    pub moe: Option<MoeSpec>,
+}
+
+/// A mixture-of-experts FFN: `experts` routed experts of width `expert_ffn` each, every
+/// token sent to `top_k` of them; `shared_ffn` the total width of the shared experts
+/// every token also passes through (0: none); the first `dense_layers` layers keep a
+/// dense MLP `ffn` wide (DeepSeek's `first_k_dense_replace`). Experts use the model's
+/// activation (gated: FC1 twice as wide).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MoeSpec {
+    pub experts: u64,
+    pub top_k: u64,
+    pub expert_ffn: u64,
+    pub shared_ffn: u64,
+    pub dense_layers: u64,
+}
+
+/// How a MoE layer's router spreads tokens over the experts (in expectation: every
+/// rank's tokens the same way).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum Routing {
+    /// Every expert gets the same share.
+    #[default]
+    Uniform,
+    /// Expert e (0-based, experts placed in order on the expert-parallel ranks) gets a
+    /// share proportional to 1 / (e + 1)^s.
+    Zipf(f64),
+    /// A relative load per expert-parallel rank, spread evenly over its experts.
+    Loads(Vec<f64>),
+}
+
+impl Routing {
+    /// The share of routed token-slots that lands on each of `ep` ranks holding
+    /// `experts / ep` consecutive experts each (sums to 1).
+    pub fn rank_shares(&self, experts: u64, ep: u64) -> Vec<f64> {
+        let ep = ep.max(1) as usize;
+        let per = (experts as usize / ep).max(1);
+        let raw: Vec<f64> = match self {
+            Routing::Uniform => vec![1.0; ep],
+            Routing::Zipf(z) => (0..ep)
+                .map(|d| {
+                    (d * per..(d + 1) * per)
+                        .map(|e| 1.0 / ((e + 1) as f64).powf(*z))
+                        .sum()
+                })
+                .collect(),
+            Routing::Loads(v) => (0..ep).map(|d| v.get(d).copied().unwrap_or(0.0)).collect(),
+        };
+        let total: f64 = raw.iter().sum();
+        raw.iter().map(|x| x / total).collect()
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            Routing::Uniform => "uniform".into(),
+            Routing::Zipf(z) => format!("zipf:{z}"),
+            Routing::Loads(v) => v
+                .iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+        }
+    }
+
+    /// `uniform`, `zipf:S` (S ≥ 0) or a comma-separated load per rank (non-negative,
+    /// not all zero).
+    pub fn parse(s: &str) -> Result<Routing, String> {
+        let s = s.trim();
+        if s == "uniform" {
+            return Ok(Routing::Uniform);
+        }
+        if let Some(z) = s.strip_prefix("zipf:") {
+            return match z.trim().parse::<f64>() {
+                Ok(z) if z.is_finite() && (0.0..=16.0).contains(&z) => Ok(Routing::Zipf(z)),
+                _ => Err(format!(
+                    "the Zipf exponent in `{s}` must be a number from 0 to 16"
+                )),
+            };
+        }
+        let v: Result<Vec<f64>, _> = s.split(',').map(|x| x.trim().parse::<f64>()).collect();
+        match v {
+            Ok(v) if v.iter().all(|x| x.is_finite() && *x >= 0.0) && v.iter().any(|x| *x > 0.0) => {
+                Ok(Routing::Loads(v))
+            }
+            _ => Err(format!(
+                "routing `{s}`: `uniform`, `zipf:S` or a load per expert-parallel rank (non-negative numbers, not all 0, comma-separated)"
+            )),
+        }
+    }
 }
 
 impl Model {
@@ -397,6 +487,8 @@ pub struct Parallel {
     /// How micro-batches flow through the stages.
     pub pp_schedule: PpSchedule,
     pub order: RankOrder,
+    /// Expert-parallel ranks (workload `moe`): each holds experts / ep experts.
+    pub ep: u64,
 }
 
 /// A pipeline schedule.
@@ -509,7 +601,7 @@ impl RankOrder {
 impl Parallel {
     /// Every rank: tp × ulysses × dp × pp.
     pub fn world(&self) -> u64 {
-        self.tp * self.dp * self.ulysses * self.pp
+        self.tp * self.dp * self.ulysses * self.pp * self.ep
     }
 
     /// The ranks of one pipeline stage: tp × ulysses × dp.
@@ -561,16 +653,21 @@ pub enum Workload {
     /// The attention block of a layer alone (norm, QKV, attention, out-projection,
     /// residual), forward and backward, TPSP.
     Attention,
+    /// A mixture-of-experts FFN block forward over `ep` expert-parallel ranks: the
+    /// dispatch all-to-all, the grouped expert GEMMs (and the shared experts), the
+    /// combine all-to-all.
+    Moe,
 }
 
 impl Workload {
-    pub const ALL: [Workload; 6] = [
+    pub const ALL: [Workload; 7] = [
         Workload::Mlp,
         Workload::AgGemm,
         Workload::GemmRs,
         Workload::Layer,
         Workload::Step,
         Workload::Attention,
+        Workload::Moe,
     ];
 
     /// Built by the layer builder (simulator-only plans over tp × ulysses × dp ranks):
@@ -587,6 +684,7 @@ impl Workload {
             Workload::Layer => "layer",
             Workload::Step => "step",
             Workload::Attention => "attention",
+            Workload::Moe => "moe",
         }
     }
 
@@ -639,12 +737,20 @@ pub enum Strategy {
     /// ⌈(N−1)/2⌉ iterations of two slices each; it pays off where each direction has
     /// links of its own (rings, tori), not through one switch port.
     PermuteLoopBidir,
+    /// Flash for expert parallelism (workload `moe`): the dispatch decomposed into one
+    /// P2P message per destination in rank-adaptive order, each source's expert GEMMs
+    /// started as its tokens arrive and their outputs sent back (the combine) as soon as
+    /// they are done; the shared experts first, the rank's own tokens last. `flash-ep:G`
+    /// runs the experts once per G arrivals (fewer, larger grouped GEMMs: each reads
+    /// every local expert's weights once, so per-source GEMMs of few rows are bound by
+    /// HBM).
+    FlashEp(u32),
 }
 
 impl Strategy {
     /// Every strategy's name (`chunked:K` for the chunked family), in the order help and
     /// errors list them.
-    pub const NAMES: [&'static str; 9] = [
+    pub const NAMES: [&'static str; 10] = [
         "sequential",
         "chunked:K",
         "flash",
@@ -654,6 +760,7 @@ impl Strategy {
         "query-split",
         "bulk",
         "flash-a2a",
+        "flash-ep[:G]",
     ];
 
     /// [`Strategy::NAMES`], comma-separated.
@@ -671,7 +778,16 @@ impl Strategy {
             "query-split" => Ok(Strategy::QuerySplit),
             "bulk" => Ok(Strategy::Bulk),
             "flash-a2a" => Ok(Strategy::FlashA2a),
+            "flash-ep" => Ok(Strategy::FlashEp(1)),
             other => {
+                if let Some(g) = other.strip_prefix("flash-ep:") {
+                    return match g.parse::<u32>() {
+                        Ok(g) if g >= 1 => Ok(Strategy::FlashEp(g)),
+                        _ => Err(format!(
+                            "the group size in `{other}` must be a positive integer (e.g. flash-ep:2)"
+                        )),
+                    };
+                }
                 if let Some(k) = other.strip_prefix("chunked:") {
                     match k.parse::<u32>() {
                         Ok(k) if k >= 1 => Ok(Strategy::Chunked(k)),
@@ -704,6 +820,8 @@ impl fmt::Display for Strategy {
             Strategy::QuerySplit => f.write_str("query-split"),
             Strategy::Bulk => f.write_str("bulk"),
             Strategy::FlashA2a => f.write_str("flash-a2a"),
+            Strategy::FlashEp(1) => f.write_str("flash-ep"),
+            Strategy::FlashEp(g) => write!(f, "flash-ep:{g}"),
         }
     }
 }
@@ -744,6 +862,8 @@ pub struct Scenario {
     pub causal: bool,
     /// Only the forward pass of a `layer` or `attention` workload.
     pub forward_only: bool,
+    /// How a MoE block's router spreads tokens over the experts.
+    pub routing: Routing,
 }
 
 /// The clocks a prediction assumes.

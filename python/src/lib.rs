@@ -11,7 +11,7 @@ use pyo3::types::{PyDict, PyList, PyString};
 
 /// The keyword arguments `simulate` takes besides `scenario`, and the scenario key each
 /// sets: the fields of `config::Overrides`, named as its one list names them.
-const ARGUMENTS: [(&str, &str, &str); 23] = config::overrides::FIELDS;
+const ARGUMENTS: [(&str, &str, &str); 25] = config::overrides::FIELDS;
 
 fn known_arguments() -> String {
     ARGUMENTS.map(|a| a.0).join(", ")
@@ -75,6 +75,8 @@ fn overrides(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Overrides> {
             "ulysses" => o.ulysses = Some(int(arg, &v)?),
             "pp" => o.pp = Some(int(arg, &v)?),
             "pp_schedule" => o.pp_schedule = Some(text(arg, &v)?),
+            "ep" => o.ep = Some(int(arg, &v)?),
+            "routing" => o.routing = Some(text(arg, &v)?),
             "recompute" => o.recompute = Some(text(arg, &v)?),
             "zero" => o.zero = Some(int(arg, &v)?),
             "clocks" => o.clocks = Some(text(arg, &v)?),

@@ -21,7 +21,8 @@ pub struct Args {
     /// shapes and bytes, dependencies, sends and receives; run on the scenario's hardware
     /// instead of its workload and strategies (the format: README, "Plans of your own").
     #[arg(long, value_name = "FILE", conflicts_with_all = [
-        "model", "workload", "tp", "dp", "ulysses", "pp", "pp_schedule", "rank_order",
+        "model", "workload", "tp", "dp", "ulysses", "pp", "pp_schedule", "rank_order", "ep",
+        "routing_skew",
         "recompute", "zero", "allow_oom", "batch", "seq", "micro_batches", "dtype", "sites",
         "strategies", "samples", "seed", "compute_jitter", "comm_jitter",
         "jitter_distribution", "non_causal", "forward_only",
@@ -52,6 +53,15 @@ pub struct Args {
     /// or `gpipe`.
     #[arg(long)]
     pub pp_schedule: Option<String>,
+    /// Expert-parallel degree (workload `moe`): each rank holds experts / ep of a MoE
+    /// layer's routed experts.
+    #[arg(long, value_parser = parse_count)]
+    pub ep: Option<i64>,
+    /// How the router spreads tokens over experts (workload `moe`): `uniform` (default),
+    /// `zipf:S` (expert e gets a share ∝ 1/(e+1)^S, experts in order on the ranks) or a
+    /// relative load per expert-parallel rank (`4,1,1,1,1,1,1,1`).
+    #[arg(long, value_name = "SKEW")]
+    pub routing_skew: Option<String>,
     /// How ranks map onto GPUs: `tp-inner` (tp fastest, then ulysses, dp, pp: a
     /// tensor-parallel group on consecutive GPUs, inside a node; Megatron's order),
     /// `dp-inner` (dp fastest) or `tp-pp-dp` (a pipeline's stages on neighbouring GPUs).
@@ -244,6 +254,7 @@ pub fn scenario_and_file(
         pp: a.pp,
         pp_schedule: a.pp_schedule.clone(),
         order: a.rank_order.clone(),
+        ep: a.ep,
         batch: a.batch,
         seq: a.seq,
         micro_batches: a.micro_batches,
@@ -256,6 +267,7 @@ pub fn scenario_and_file(
         clocks: a.clocks.map(|c| c.name().to_string()),
         causal: a.non_causal.then_some(false),
         passes: a.forward_only.then(|| "fwd".to_string()),
+        routing: a.routing_skew.clone(),
         sites,
         strategies: (!a.strategies.is_empty()).then(|| a.strategies.clone()),
     };

@@ -28,6 +28,27 @@ pub struct ModelFile {
     /// The LM head shares the embedding matrix (one vocab × hidden matrix, not two).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub tie_embeddings: bool,
+    /// A mixture of experts in place of the dense MLP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe: Option<MoeFile>,
+}
+
+/// `[moe]` of a model file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MoeFile {
+    /// Routed experts per MoE layer.
+    pub experts: i64,
+    /// Experts each token is routed to.
+    pub top_k: i64,
+    /// FFN width of one routed expert.
+    pub expert_ffn: i64,
+    /// Total FFN width of the shared experts (0: none).
+    #[serde(default)]
+    pub shared_ffn: i64,
+    /// Leading layers with a dense MLP (`ffn` wide).
+    #[serde(default)]
+    pub dense_layers: i64,
 }
 
 fn default_activation() -> String {
@@ -329,6 +350,18 @@ pub struct ScenarioFile {
     /// `fwd-bwd` (default) or `fwd`: only the forward pass of a layer or attention block.
     #[serde(default = "fwd_bwd", skip_serializing_if = "is_fwd_bwd")]
     pub passes: String,
+    /// How a MoE block's router spreads tokens: `uniform`, `zipf:S` or a load per
+    /// expert-parallel rank (`4,1,1,1`).
+    #[serde(default = "uniform", skip_serializing_if = "is_uniform")]
+    pub routing: String,
+}
+
+fn uniform() -> String {
+    "uniform".into()
+}
+
+fn is_uniform(v: &str) -> bool {
+    v == "uniform"
 }
 
 fn is_true(v: &bool) -> bool {
@@ -401,6 +434,9 @@ pub struct ParallelFile {
     /// `tp-inner` (default), `dp-inner` or `tp-pp-dp`: how ranks map onto GPUs.
     #[serde(default = "tp_inner")]
     pub order: String,
+    /// Expert-parallel ranks (workload `moe`).
+    #[serde(default = "one_i", skip_serializing_if = "is_one")]
+    pub ep: i64,
 }
 
 fn one_f_one_b() -> String {

@@ -10,7 +10,7 @@
 //! means SwiGLU and `gelu*` GeGLU there; anything else is a plain MLP.
 
 use super::ConfigError;
-use super::files::ModelFile;
+use super::files::{ModelFile, MoeFile};
 use serde_json::Value;
 
 /// `model_type`s whose MLP is gated, with their `architectures` class prefixes.
@@ -25,6 +25,9 @@ pub const GATED: &[(&str, &str)] = &[
     ("phi3", "Phi3"),
     ("olmo2", "Olmo2"),
     ("deepseek_v2", "DeepseekV2"),
+    ("deepseek_v3", "DeepseekV3"),
+    ("qwen2_moe", "Qwen2Moe"),
+    ("qwen3_moe", "Qwen3Moe"),
     ("internlm2", "InternLM2"),
 ];
 
@@ -103,19 +106,7 @@ pub fn model_file_from_hf(file: &str, name: &str, text: &str) -> Result<ModelFil
             message: "a config.json holds one JSON object".into(),
         });
     }
-    // A mixture of experts imported as a dense model would be silently wrong.
-    for key in ["num_local_experts", "n_routed_experts", "num_experts"] {
-        if let Some(n) = int(file, &v, key)?
-            && n > 1
-        {
-            return Err(ConfigError::invalid(
-                file,
-                key,
-                n,
-                "a mixture-of-experts model: experts are not modelled, and importing it as a dense model would give wrong figures",
-            ));
-        }
-    }
+    let moe = moe(file, &v)?;
     let heads = required(file, &v, "num_attention_heads")?;
     let hidden = required(file, &v, "hidden_size")?;
     // Attention widths are heads × hidden/heads; a model whose heads are wider or
@@ -181,7 +172,67 @@ pub fn model_file_from_hf(file: &str, name: &str, text: &str) -> Result<ModelFil
         vocab: required(file, &v, "vocab_size")?,
         activation: activation(file, act, gated(&v))?.to_string(),
         tie_embeddings: tie,
+        moe,
     })
+}
+
+/// The mixture of experts of a config.json, if it has one: the routed experts from
+/// `num_local_experts` (Mixtral), `n_routed_experts` (DeepSeek V2/V3) or `num_experts`
+/// (Qwen MoE); `num_experts_per_tok`; each expert's width from `moe_intermediate_size`
+/// (DeepSeek, Qwen) or, for Mixtral, `intermediate_size`; shared experts from
+/// `n_shared_experts` × `moe_intermediate_size` (DeepSeek) or
+/// `shared_expert_intermediate_size` (Qwen2-MoE); dense leading layers from
+/// `first_k_dense_replace` (DeepSeek). One expert or none: a dense model.
+fn moe(file: &str, v: &Value) -> Result<Option<MoeFile>, ConfigError> {
+    let mut found = None;
+    for key in ["num_local_experts", "n_routed_experts", "num_experts"] {
+        if let Some(n) = int(file, v, key)?
+            && n > 1
+        {
+            found = Some((key, n));
+            break;
+        }
+    }
+    let Some((key, experts)) = found else {
+        return Ok(None);
+    };
+    let top_k = int(file, v, "num_experts_per_tok")?.ok_or_else(|| {
+        ConfigError::invalid(
+            file,
+            "num_experts_per_tok",
+            "(missing)",
+            format!(
+                "a mixture of experts ({key} = {experts}) must say how many experts a token goes to"
+            ),
+        )
+    })?;
+    let expert_ffn = match int(file, v, "moe_intermediate_size")? {
+        Some(w) => w,
+        None if key == "num_local_experts" => required(file, v, "intermediate_size")?,
+        None => {
+            return Err(ConfigError::invalid(
+                file,
+                "moe_intermediate_size",
+                "(missing)",
+                format!("a mixture of experts ({key} = {experts}) must give each expert's width"),
+            ));
+        }
+    };
+    let shared_ffn = match (
+        int(file, v, "n_shared_experts")?,
+        int(file, v, "shared_expert_intermediate_size")?,
+    ) {
+        (Some(n), _) => n.saturating_mul(expert_ffn),
+        (None, Some(w)) => w,
+        (None, None) => 0,
+    };
+    Ok(Some(MoeFile {
+        experts,
+        top_k,
+        expert_ffn,
+        shared_ffn,
+        dense_layers: int(file, v, "first_k_dense_replace")?.unwrap_or(0),
+    }))
 }
 
 #[cfg(test)]
@@ -193,20 +244,73 @@ mod tests {
         "vocab_size": 128256, "hidden_act": "silu", "head_dim": 128}"#;
 
     #[test]
-    fn mixtures_of_experts_and_odd_head_widths_are_refused() {
-        assert!(model_file_from_hf("c.json", "c", LLAMA).is_ok());
-        let moe = LLAMA.replace("\"head_dim\": 128", "\"num_local_experts\": 8");
-        let e = model_file_from_hf("c.json", "c", &moe)
+    fn mixtures_of_experts_import_their_fields_and_odd_head_widths_are_refused() {
+        assert!(
+            model_file_from_hf("c.json", "c", LLAMA)
+                .unwrap()
+                .moe
+                .is_none()
+        );
+        // Mixtral: each expert as wide as intermediate_size.
+        let mixtral = LLAMA.replace(
+            "\"head_dim\": 128",
+            "\"num_local_experts\": 8, \"num_experts_per_tok\": 2",
+        );
+        let m = model_file_from_hf("c.json", "c", &mixtral)
+            .unwrap()
+            .moe
+            .unwrap();
+        assert_eq!(
+            (m.experts, m.top_k, m.expert_ffn, m.shared_ffn),
+            (8, 2, 14336, 0)
+        );
+        // DeepSeek: moe_intermediate_size, shared experts, dense leading layers.
+        let ds = LLAMA.replace(
+            "\"head_dim\": 128",
+            "\"n_routed_experts\": 256, \"num_experts_per_tok\": 8, \"moe_intermediate_size\": 2048, \"n_shared_experts\": 1, \"first_k_dense_replace\": 3",
+        );
+        let m = model_file_from_hf("c.json", "c", &ds).unwrap().moe.unwrap();
+        assert_eq!(
+            (
+                m.experts,
+                m.top_k,
+                m.expert_ffn,
+                m.shared_ffn,
+                m.dense_layers
+            ),
+            (256, 8, 2048, 2048, 3)
+        );
+        // Qwen2-MoE: a shared expert's width of its own.
+        let qwen = LLAMA.replace(
+            "\"head_dim\": 128",
+            "\"num_experts\": 60, \"num_experts_per_tok\": 4, \"moe_intermediate_size\": 1408, \"shared_expert_intermediate_size\": 5632",
+        );
+        let m = model_file_from_hf("c.json", "c", &qwen)
+            .unwrap()
+            .moe
+            .unwrap();
+        assert_eq!((m.experts, m.expert_ffn, m.shared_ffn), (60, 1408, 5632));
+        // Experts without a top-k, or routed experts without a width: refused by name.
+        let no_k = LLAMA.replace("\"head_dim\": 128", "\"num_local_experts\": 8");
+        let e = model_file_from_hf("c.json", "c", &no_k)
             .unwrap_err()
             .to_string();
-        assert!(
-            e.contains("num_local_experts") && e.contains("mixture-of-experts"),
-            "{e}"
+        assert!(e.contains("num_experts_per_tok"), "{e}");
+        let no_w = LLAMA.replace(
+            "\"head_dim\": 128",
+            "\"n_routed_experts\": 256, \"num_experts_per_tok\": 8",
         );
-        let ds = LLAMA.replace("\"head_dim\": 128", "\"n_routed_experts\": 256");
-        assert!(model_file_from_hf("c.json", "c", &ds).is_err());
+        let e = model_file_from_hf("c.json", "c", &no_w)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("moe_intermediate_size"), "{e}");
         let one = LLAMA.replace("\"head_dim\": 128", "\"num_experts\": 1");
-        assert!(model_file_from_hf("c.json", "c", &one).is_ok());
+        assert!(
+            model_file_from_hf("c.json", "c", &one)
+                .unwrap()
+                .moe
+                .is_none()
+        );
         let gemma = LLAMA.replace("\"head_dim\": 128", "\"head_dim\": 256");
         let e = model_file_from_hf("c.json", "c", &gemma)
             .unwrap_err()

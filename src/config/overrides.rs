@@ -20,6 +20,7 @@ pub struct Overrides {
     pub pp: Option<i64>,
     pub pp_schedule: Option<String>,
     pub order: Option<String>,
+    pub ep: Option<i64>,
     pub batch: Option<i64>,
     pub seq: Option<i64>,
     pub micro_batches: Option<i64>,
@@ -34,6 +35,8 @@ pub struct Overrides {
     pub causal: Option<bool>,
     /// `fwd-bwd` or `fwd`.
     pub passes: Option<String>,
+    /// `uniform`, `zipf:S` or loads per expert-parallel rank.
+    pub routing: Option<String>,
     /// Per-site strategies, added to the file's `[sites]`.
     pub sites: Vec<(String, String)>,
     pub strategies: Option<Vec<String>>,
@@ -42,7 +45,7 @@ pub struct Overrides {
 /// Each field of [`Overrides`]: (its argument name as the Python package takes it, the
 /// scenario file's key it sets, the command-line flag that sets it), in the order
 /// [`Overrides::apply`] sets them. The one list the front ends name fields from.
-pub const FIELDS: [(&str, &str, &str); 23] = [
+pub const FIELDS: [(&str, &str, &str); 25] = [
     ("model", "model", "--model"),
     ("hardware", "hardware", "--hardware"),
     ("workload", "workload", "--workload"),
@@ -52,6 +55,7 @@ pub const FIELDS: [(&str, &str, &str); 23] = [
     ("pp", "parallel.pp", "--pp"),
     ("pp_schedule", "parallel.pp_schedule", "--pp-schedule"),
     ("rank_order", "parallel.order", "--rank-order"),
+    ("ep", "parallel.ep", "--ep"),
     ("batch", "batch", "--batch"),
     ("seq", "seq", "--seq"),
     ("micro_batches", "micro_batches", "--micro-batches"),
@@ -64,6 +68,7 @@ pub const FIELDS: [(&str, &str, &str); 23] = [
     ("clocks", "clocks", "--clocks"),
     ("causal", "causal", "--non-causal"),
     ("passes", "passes", "--forward-only"),
+    ("routing", "routing", "--routing-skew"),
     ("sites", "sites", "--site"),
     ("strategies", "strategies", "--strategy"),
 ];
@@ -106,6 +111,7 @@ impl Overrides {
             "parallel.pp_schedule"
         );
         put!(f.parallel.order, self.order, "parallel.order");
+        put!(f.parallel.ep, self.ep, "parallel.ep");
         put!(f.batch, self.batch, "batch");
         put!(f.seq, self.seq, "seq");
         put!(f.micro_batches, self.micro_batches, "micro_batches");
@@ -121,6 +127,7 @@ impl Overrides {
         put!(f.clocks, self.clocks, "clocks");
         put!(f.causal, self.causal, "causal");
         put!(f.passes, self.passes, "passes");
+        put!(f.routing, self.routing, "routing");
         for (k, v) in &self.sites {
             f.sites.insert(k.trim().to_string(), v.trim().to_string());
             set("sites");
@@ -203,6 +210,7 @@ mod tests {
             pp: Some(1),
             pp_schedule: Some("1f1b".into()),
             order: Some("o".into()),
+            ep: Some(1),
             batch: Some(1),
             seq: Some(1),
             micro_batches: Some(1),
@@ -215,6 +223,7 @@ mod tests {
             clocks: Some("burst".into()),
             causal: Some(false),
             passes: Some("fwd".into()),
+            routing: Some("uniform".into()),
             sites: vec![("fc2".into(), "flash".into())],
             strategies: Some(vec![]),
         };

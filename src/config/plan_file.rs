@@ -736,7 +736,9 @@ impl Buffers {
                     dst: Region::rows(dst, 0, r),
                 }
             }
-            OpKind::Elementwise { .. } | OpKind::Attention(_) => return None,
+            OpKind::Elementwise { .. } | OpKind::Attention(_) | OpKind::GroupedGemm { .. } => {
+                return None;
+            }
         })
     }
 }

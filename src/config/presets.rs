@@ -39,6 +39,8 @@ static PRESETS: &[Preset] = &[
     preset!(Model, "models", "llama-3-8b"),
     preset!(Model, "models", "llama-3-70b"),
     preset!(Model, "models", "gpt-3-175b"),
+    preset!(Model, "models", "mixtral-8x7b"),
+    preset!(Model, "models", "deepseek-v3"),
     preset!(Hardware, "hardware-profiles", "h100-sxm-8"),
     preset!(Hardware, "hardware-profiles", "h200-sxm-8"),
     preset!(Hardware, "hardware-profiles", "a100-sxm-8"),

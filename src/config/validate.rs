@@ -153,7 +153,47 @@ pub fn model_from_file(file: &str, m: ModelFile) -> R<Model> {
             format!("unknown activation (known: {})", known.join(", ")),
         )
     })?;
+    let moe = match &m.moe {
+        None => None,
+        Some(e) => {
+            let experts = positive(file, "moe.experts", e.experts)?;
+            let top_k = positive(file, "moe.top_k", e.top_k)?;
+            if top_k > experts {
+                return Err(ConfigError::invalid(
+                    file,
+                    "moe.top_k",
+                    top_k,
+                    format!("must not exceed moe.experts ({experts})"),
+                ));
+            }
+            let expert_ffn = positive(file, "moe.expert_ffn", e.expert_ffn)?;
+            if e.shared_ffn < 0 {
+                return Err(ConfigError::invalid(
+                    file,
+                    "moe.shared_ffn",
+                    e.shared_ffn,
+                    "must be 0 (no shared experts) or positive",
+                ));
+            }
+            if e.dense_layers < 0 || e.dense_layers as u64 > layers {
+                return Err(ConfigError::invalid(
+                    file,
+                    "moe.dense_layers",
+                    e.dense_layers,
+                    format!("must be from 0 to layers ({layers})"),
+                ));
+            }
+            Some(crate::scenario::MoeSpec {
+                experts,
+                top_k,
+                expert_ffn,
+                shared_ffn: e.shared_ffn as u64,
+                dense_layers: e.dense_layers as u64,
+            })
+        }
+    };
     Ok(Model {
+        moe,
         name: m.name,
         hidden,
         ffn,
@@ -595,6 +635,81 @@ impl Origins {
     }
 }
 
+/// The mixture-of-experts rules: workload `moe` needs a MoE model and runs over `ep`
+/// ranks alone; `ep` is for it only; layers and steps of a MoE model are not modelled
+/// yet (they would be simulated as dense), nor a dense MLP block of a model with no
+/// dense layers.
+fn check_moe(
+    at: &dyn Fn(&str) -> String,
+    model: &Model,
+    workload: Workload,
+    p: &Parallel,
+) -> R<()> {
+    if workload == Workload::Moe {
+        let Some(moe) = model.moe else {
+            return Err(ConfigError::invalid(
+                &at("model"),
+                "model",
+                &model.name,
+                "workload moe needs a mixture-of-experts model (a [moe] table, a Hugging Face config with experts, or the presets mixtral-8x7b and deepseek-v3)",
+            ));
+        };
+        for (key, v) in [
+            ("parallel.tp", p.tp),
+            ("parallel.dp", p.dp),
+            ("parallel.ulysses", p.ulysses),
+        ] {
+            if v != 1 {
+                return Err(ConfigError::invalid(
+                    &at(key),
+                    key,
+                    v,
+                    "workload moe runs one MoE block over the expert-parallel ranks (--ep) alone: set it to 1",
+                ));
+            }
+        }
+        if moe.experts % p.ep != 0 {
+            return Err(ConfigError::invalid(
+                &at("parallel.ep"),
+                "parallel.ep",
+                p.ep,
+                format!("must divide the model's {} routed experts", moe.experts),
+            ));
+        }
+        return Ok(());
+    }
+    if p.ep != 1 {
+        return Err(ConfigError::invalid(
+            &at("parallel.ep"),
+            "parallel.ep",
+            p.ep,
+            format!(
+                "expert parallelism is for workload moe, not {}",
+                workload.name()
+            ),
+        ));
+    }
+    if let Some(moe) = model.moe {
+        let dense_block = matches!(
+            workload,
+            Workload::Mlp | Workload::AgGemm | Workload::GemmRs
+        ) && moe.dense_layers > 0;
+        if !dense_block && workload != Workload::Attention {
+            return Err(ConfigError::invalid(
+                &at("workload"),
+                "workload",
+                workload.name(),
+                format!(
+                    "model `{}` is a mixture of experts: its MoE layers in a {} would be simulated as dense, which is not modelled yet (workload moe simulates one MoE block; attention its attention)",
+                    model.name,
+                    workload.name()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 pub fn scenario_from_file(
     file: &str,
     dir: Option<&Path>,
@@ -650,6 +765,15 @@ pub fn scenario_from_file(
     let dp = positive(&at("parallel.dp"), "parallel.dp", p.dp)?;
     let ulysses = positive(&at("parallel.ulysses"), "parallel.ulysses", p.ulysses)?;
     let pp = positive(&at("parallel.pp"), "parallel.pp", p.pp)?;
+    let ep = positive(&at("parallel.ep"), "parallel.ep", p.ep)?;
+    if ep > MAX_WORLD {
+        return Err(ConfigError::invalid(
+            &at("parallel.ep"),
+            "parallel.ep",
+            ep,
+            "is beyond 2^32",
+        ));
+    }
     // Every product of the degrees below stays far from overflow: no machine has more
     // than 2^32 GPUs. Blame the largest degree (the one most likely mistyped).
     if tp
@@ -698,7 +822,9 @@ pub fn scenario_from_file(
         pp,
         pp_schedule,
         order,
+        ep,
     };
+    check_moe(&at, &model, workload, &parallel)?;
     if !p.sp {
         return Err(ConfigError::invalid(
             &at("parallel.sp"),
@@ -714,7 +840,7 @@ pub fn scenario_from_file(
         workload,
         Workload::Layer | Workload::Step | Workload::Attention
     );
-    if !whole {
+    if !whole && workload != Workload::Moe {
         for (key, v) in [("parallel.ulysses", ulysses), ("parallel.dp", dp)] {
             if v != 1 {
                 return Err(ConfigError::invalid(
@@ -994,7 +1120,21 @@ pub fn scenario_from_file(
             activation: model.activation,
             dtype,
         };
-        let checked = if whole {
+        if matches!(st, Strategy::FlashEp(_)) && workload != Workload::Moe {
+            return Err(ConfigError::invalid(
+                &blame,
+                key,
+                name,
+                format!(
+                    "flash-ep decomposes a MoE block's all-to-alls (workload moe), not {}",
+                    workload.name()
+                ),
+            ));
+        }
+        let checked = if workload == Workload::Moe {
+            crate::strategy::moe::MoeShape::from_parts(&model, tokens, ep, dtype, Routing::Uniform)
+                .and_then(|m| crate::strategy::moe::check(st, &m))
+        } else if whole {
             let mut ls = crate::strategy::layer::LayerShape {
                 ranks: tp as u32,
                 batch,
@@ -1114,7 +1254,31 @@ pub fn scenario_from_file(
             ),
         ));
     }
+    let routing = Routing::parse(&s.routing)
+        .map_err(|reason| ConfigError::invalid(&at("routing"), "routing", &s.routing, reason))?;
+    if routing != Routing::Uniform && workload != Workload::Moe {
+        return Err(ConfigError::invalid(
+            &at("routing"),
+            "routing",
+            &s.routing,
+            format!("routing skew is for workload moe, not {}", workload.name()),
+        ));
+    }
+    if let Routing::Loads(v) = &routing
+        && v.len() as u64 != ep
+    {
+        return Err(ConfigError::invalid(
+            &at("routing"),
+            "routing",
+            &s.routing,
+            format!(
+                "gives {} loads for ep = {ep} expert-parallel ranks",
+                v.len()
+            ),
+        ));
+    }
     Ok(Scenario {
+        routing,
         causal: s.causal,
         forward_only,
         clocks,

@@ -87,7 +87,41 @@ pub fn gemm_cost(
 }
 
 fn model_cost(gpu: &GpuSpec, peak: f64, m: u64, n: u64, k: u64, dtype: DType) -> GemmCost {
-    model_cost_on(gpu, gpu.sm_count, peak, m, n, k, dtype)
+    model_cost_on(gpu, gpu.sm_count, peak, 1, m, n, k, dtype)
+}
+
+/// Time of a grouped GEMM: `groups` problems of (m × k) · (k × n) in one kernel (a MoE
+/// layer's experts, each with its own weights). Their tiles are scheduled together over
+/// the SMs in waves (a grouped kernel's persistent tile scheduler: a small expert's
+/// partial wave is filled by the next expert's tiles, the last wave of all is partial),
+/// each problem's A, B and C through HBM once, one launch; no split-K or stream-K. With
+/// measured GEMMs, the measured/model ratio at one problem's shape scales it, above the
+/// launch + roofline floor. `groups` ≤ 1 is [`gemm_time`].
+pub fn grouped_gemm_time(
+    gpu: &GpuSpec,
+    groups: u64,
+    m: u64,
+    n: u64,
+    k: u64,
+    dtype: DType,
+) -> Result<f64, CostError> {
+    if groups <= 1 {
+        return gemm_time(gpu, m, n, k, dtype);
+    }
+    let peak = peak(gpu, dtype)?;
+    let c = model_cost_on(gpu, gpu.sm_count, peak, groups, m, n, k, dtype);
+    if c.total <= 0.0 || gpu.gemm.measured.is_empty() {
+        return Ok(c.total);
+    }
+    let (correction, _) = measured_correction(gpu, peak, m, n, k, dtype);
+    let g = groups as f64;
+    let bytes = g
+        * (m as f64 * k as f64 + k as f64 * n as f64 + m as f64 * n as f64)
+        * dtype.bytes() as f64;
+    let floor = gpu.gemm.launch
+        + (g * gemm_flops(m, n, k) / peak)
+            .max(bytes / (gpu.hbm_bandwidth * gpu.gemm.memory_efficiency));
+    Ok((c.total * correction).max(floor))
 }
 
 /// How many times longer a GEMM takes when only `sms` of the GPU's SMs are free for it
@@ -103,17 +137,30 @@ pub fn gemm_sm_slowdown(
     dtype: DType,
     sms: u64,
 ) -> Result<f64, CostError> {
+    grouped_gemm_sm_slowdown(gpu, 1, m, n, k, dtype, sms)
+}
+
+/// [`gemm_sm_slowdown`] of a grouped GEMM (see [`grouped_gemm_time`]).
+pub fn grouped_gemm_sm_slowdown(
+    gpu: &GpuSpec,
+    groups: u64,
+    m: u64,
+    n: u64,
+    k: u64,
+    dtype: DType,
+    sms: u64,
+) -> Result<f64, CostError> {
     let peak = peak(gpu, dtype)?;
     let all = gpu.sm_count.max(1);
     let sms = sms.clamp(1, all);
     if sms == all {
         return Ok(1.0);
     }
-    let full = model_cost_on(gpu, all, peak, m, n, k, dtype).total;
+    let full = model_cost_on(gpu, all, peak, groups, m, n, k, dtype).total;
     if full <= 0.0 {
         return Ok(1.0);
     }
-    Ok(model_cost_on(gpu, sms, peak, m, n, k, dtype).total / full)
+    Ok(model_cost_on(gpu, sms, peak, groups, m, n, k, dtype).total / full)
 }
 
 /// The fraction of a GEMM's time spent in its last wave when that wave leaves SMs idle
@@ -127,7 +174,19 @@ pub fn gemm_partial_tail(
     k: u64,
     dtype: DType,
 ) -> Result<f64, CostError> {
-    let c = model_cost(gpu, peak(gpu, dtype)?, m, n, k, dtype);
+    grouped_gemm_partial_tail(gpu, 1, m, n, k, dtype)
+}
+
+/// [`gemm_partial_tail`] of a grouped GEMM (see [`grouped_gemm_time`]).
+pub fn grouped_gemm_partial_tail(
+    gpu: &GpuSpec,
+    groups: u64,
+    m: u64,
+    n: u64,
+    k: u64,
+    dtype: DType,
+) -> Result<f64, CostError> {
+    let c = model_cost_on(gpu, gpu.sm_count, peak(gpu, dtype)?, groups, m, n, k, dtype);
     let sms = gpu.sm_count.max(1);
     Ok(if c.waves == 0 || c.units % sms == 0 {
         0.0
@@ -136,16 +195,18 @@ pub fn gemm_partial_tail(
     })
 }
 
+#[allow(clippy::too_many_arguments)]
 fn model_cost_on(
     gpu: &GpuSpec,
     sms: u64,
     peak: f64,
+    groups: u64,
     m: u64,
     n: u64,
     k: u64,
     dtype: DType,
 ) -> GemmCost {
-    if m == 0 || n == 0 || k == 0 {
+    if m == 0 || n == 0 || k == 0 || groups == 0 {
         return GemmCost {
             tiles: 0,
             units: 0,
@@ -159,7 +220,7 @@ fn model_cost_on(
     let p = &gpu.gemm;
     let mut best: Option<GemmCost> = None;
     for (tm, tn) in std::iter::once((p.tile_m, p.tile_n)).chain(p.alt_tiles.iter().copied()) {
-        let c = tile_cost(gpu, sms, peak, m, n, k, dtype, tm, tn);
+        let c = tile_cost(gpu, sms, peak, groups, m, n, k, dtype, tm, tn);
         if best.is_none_or(|b| c.total < b.total) {
             best = Some(c);
         }
@@ -189,6 +250,7 @@ fn tile_cost(
     gpu: &GpuSpec,
     sms: u64,
     peak: f64,
+    groups: u64,
     m: u64,
     n: u64,
     k: u64,
@@ -198,10 +260,14 @@ fn tile_cost(
 ) -> GemmCost {
     let p = &gpu.gemm;
     let sms = sms.max(1);
-    let tiles = m.div_ceil(tm).saturating_mul(n.div_ceil(tn));
+    let tiles = m
+        .div_ceil(tm)
+        .saturating_mul(n.div_ceil(tn))
+        .saturating_mul(groups);
     let per_sm = peak / gpu.sm_count.max(1) as f64;
     let elt = dtype.bytes() as f64;
-    let base_bytes = (m as f64 * k as f64 + k as f64 * n as f64 + m as f64 * n as f64) * elt;
+    let base_bytes =
+        groups as f64 * (m as f64 * k as f64 + k as f64 * n as f64 + m as f64 * n as f64) * elt;
     let bw = gpu.hbm_bandwidth * p.memory_efficiency;
     // One unit's time over a K-loop of `kf`.
     let unit = |kf: f64| {
@@ -212,7 +278,11 @@ fn tile_cost(
             None => compute,
         }
     };
-    let max_split = (sms / tiles.max(1)).min(k / MIN_SPLIT_K).max(1);
+    let max_split = if groups > 1 {
+        1
+    } else {
+        (sms / tiles.max(1)).min(k / MIN_SPLIT_K).max(1)
+    };
     let mut best: Option<GemmCost> = None;
     for split in 1..=max_split {
         let units = tiles.saturating_mul(split);
@@ -241,6 +311,7 @@ fn tile_cost(
     }
     let mut best = best.expect("at least split 1");
     if let Some(over) = p.stream_k_overhead
+        && groups == 1
         && tiles > sms
         && tiles % sms != 0
     {

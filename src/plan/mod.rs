@@ -103,6 +103,15 @@ pub enum OpKind {
         k: u64,
         dtype: DType,
     },
+    /// `groups` GEMMs of one shape in one kernel (a MoE layer's experts, each with its
+    /// own weights: see [`crate::cost::grouped_gemm_time`]).
+    GroupedGemm {
+        groups: u32,
+        m: u64,
+        n: u64,
+        k: u64,
+        dtype: DType,
+    },
     Elementwise {
         kind: EltKind,
         bytes: u64,
@@ -173,7 +182,9 @@ impl OpClass {
 impl OpKind {
     pub fn class(&self) -> OpClass {
         match self {
-            OpKind::Gemm { .. } | OpKind::Attention(_) => OpClass::Gemm,
+            OpKind::Gemm { .. } | OpKind::GroupedGemm { .. } | OpKind::Attention(_) => {
+                OpClass::Gemm
+            }
             OpKind::Elementwise {
                 kind: EltKind::Add, ..
             } => OpClass::Add,
@@ -195,7 +206,7 @@ impl OpKind {
     /// Payload bytes the op moves (0 for GEMMs).
     pub fn bytes(&self) -> u64 {
         match *self {
-            OpKind::Gemm { .. } | OpKind::Attention(_) => 0,
+            OpKind::Gemm { .. } | OpKind::GroupedGemm { .. } | OpKind::Attention(_) => 0,
             OpKind::Elementwise { bytes, .. }
             | OpKind::Copy { bytes }
             | OpKind::Send { bytes, .. }
@@ -206,9 +217,17 @@ impl OpKind {
     pub fn flops(&self) -> f64 {
         match *self {
             OpKind::Gemm { m, n, k, .. } => crate::cost::gemm_flops(m, n, k),
+            OpKind::GroupedGemm {
+                groups, m, n, k, ..
+            } => groups as f64 * crate::cost::gemm_flops(m, n, k),
             OpKind::Attention(a) => a.flops(),
             _ => 0.0,
         }
+    }
+
+    /// A GEMM kernel (plain or grouped): what fills the SMs in the interference model.
+    pub fn is_gemm(&self) -> bool {
+        matches!(self, OpKind::Gemm { .. } | OpKind::GroupedGemm { .. })
     }
 }
 

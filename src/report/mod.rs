@@ -98,6 +98,40 @@ pub struct ScenarioSummary {
     /// Memory per GPU at the peak (layers and steps).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryReport>,
+    /// The mixture of experts of a `moe` workload.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub moe: Option<MoeReport>,
+}
+
+/// A `moe` workload's expert parallelism and routing.
+#[derive(Debug, Clone, Serialize)]
+pub struct MoeReport {
+    pub ep: u64,
+    pub experts: u64,
+    pub experts_per_rank: u64,
+    pub top_k: u64,
+    /// `uniform`, `zipf:S` or the loads per rank as given.
+    pub routing: String,
+    /// Share of the routed token-slots each rank's experts get (sums to 1).
+    pub rank_shares: Vec<f64>,
+    /// The busiest rank's routed rows over the mean (1 when balanced).
+    pub imbalance_x: f64,
+}
+
+fn moe_report(sc: &Scenario) -> Option<MoeReport> {
+    if sc.workload != Workload::Moe {
+        return None;
+    }
+    let m = crate::strategy::moe::MoeShape::of(sc).ok()?;
+    Some(MoeReport {
+        ep: sc.parallel.ep,
+        experts: m.experts,
+        experts_per_rank: m.local_experts(),
+        top_k: m.top_k,
+        routing: sc.routing.describe(),
+        rank_shares: m.shares.iter().map(|&x| ratio(x)).collect(),
+        imbalance_x: ratio(m.imbalance()),
+    })
 }
 
 /// Memory per GPU at the peak, GiB (see `memory`).
@@ -194,7 +228,9 @@ pub struct GpuUse {
 /// step every tp × ulysses × dp rank) and the profile's count.
 pub fn gpu_use(sc: &Scenario) -> GpuUse {
     let used = match sc.workload {
-        Workload::Layer | Workload::Step | Workload::Attention => sc.parallel.world(),
+        Workload::Layer | Workload::Step | Workload::Attention | Workload::Moe => {
+            sc.parallel.world()
+        }
         _ => sc.parallel.tp,
     };
     GpuUse {
@@ -229,6 +265,9 @@ fn idle_gpus_line(sc: &Scenario) -> Option<String> {
             format!("gpus: {of}; `--dp {dp}` spreads data parallelism over all of them\n")
         }
         (Workload::Layer | Workload::Step | Workload::Attention, None) => format!("gpus: {of}\n"),
+        (Workload::Moe, _) => {
+            format!("gpus: {of} (the moe workload runs one block over --ep ranks)\n")
+        }
         (w, _) => format!(
             "gpus: {of} (the {} workload is one tensor-parallel group; `--workload step --dp {}` runs data parallelism over the rest)\n",
             w.name(),
@@ -410,6 +449,7 @@ pub fn summary(sc: &Scenario) -> ScenarioSummary {
         ranks: rank_map(sc),
         gpus: gpu_use(sc),
         memory: memory_report(sc),
+        moe: moe_report(sc),
     }
 }
 
@@ -455,7 +495,8 @@ fn tokens_run(sc: &Scenario) -> f64 {
     } else {
         1
     };
-    sc.tokens() as f64 * mb as f64 * sc.parallel.dp as f64
+    // A MoE block's ranks each hold their own tokens.
+    sc.tokens() as f64 * mb as f64 * sc.parallel.dp as f64 * sc.parallel.ep as f64
 }
 
 /// `rank 0` or `ranks 0..h−1`.
@@ -604,12 +645,16 @@ pub fn json(sc: &Scenario, run: &ScenarioRun) -> String {
 
 pub fn table(sc: &Scenario, run: &ScenarioRun) -> String {
     let mut out = format!(
-        "scenario {}: {} of {} on {}, tp={}{}, {}x{} tokens, {}, {} transport, interference {}\n",
+        "scenario {}: {} of {} on {}, {}{}, {}x{} tokens, {}, {} transport, interference {}\n",
         sc.name,
         sc.workload.name(),
         sc.model.name,
         sc.hardware.name,
-        sc.parallel.tp,
+        if sc.workload == Workload::Moe {
+            format!("ep={}", sc.parallel.ep)
+        } else {
+            format!("tp={}", sc.parallel.tp)
+        },
         if sc.parallel.pp > 1 {
             format!(
                 ", pp={} ({}, {} micro-batches)",
@@ -666,6 +711,12 @@ pub fn table(sc: &Scenario, run: &ScenarioRun) -> String {
     }
     if let Some(line) = memory_line(sc) {
         out.push_str(&line);
+    }
+    if let Some(m) = moe_report(sc) {
+        out.push_str(&format!(
+            "moe: {} experts, {} per rank, top-{}; routing {}: the busiest rank gets {:.2}x the mean of routed tokens\n",
+            m.experts, m.experts_per_rank, m.top_k, m.routing, m.imbalance_x
+        ));
     }
     if !sc.site_strategies.is_empty() {
         let o: Vec<String> = sc
@@ -758,6 +809,25 @@ pub fn table(sc: &Scenario, run: &ScenarioRun) -> String {
                     .map(|x| format!("{} {:.1} us", x.name, x.exposed_comm_us))
                     .collect::<Vec<_>>()
                     .join(", "),
+                w = w[0]
+            ));
+        }
+    }
+    if sc.workload == Workload::Moe {
+        out.push_str("\ntokens/s and the all-to-alls' exposed communication (critical rank):\n");
+        for r in &all {
+            let site = |p: &str| {
+                r.sites
+                    .iter()
+                    .find(|x| x.name == p)
+                    .map_or(0.0, |x| x.exposed_comm_us)
+            };
+            out.push_str(&format!(
+                "{:<w$}  {:.0} tokens/s; exposed dispatch {:.1} us, combine {:.1} us\n",
+                r.strategy,
+                r.figures.tokens_per_s,
+                site("dispatch"),
+                site("combine"),
                 w = w[0]
             ));
         }

@@ -9,6 +9,7 @@
 
 pub mod collective;
 pub mod layer;
+pub mod moe;
 mod schedule;
 mod sites;
 mod steps;
@@ -78,7 +79,7 @@ impl MlpShape {
 /// Number of token blocks a strategy cuts a site into.
 pub fn blocks(strategy: Strategy, ranks: u32) -> u64 {
     match strategy {
-        Strategy::Sequential | Strategy::Bulk => 1,
+        Strategy::Sequential | Strategy::Bulk | Strategy::FlashEp(_) => 1,
         Strategy::Chunked(k) => k as u64,
         Strategy::Flash
         | Strategy::Direct
@@ -89,7 +90,7 @@ pub fn blocks(strategy: Strategy, ranks: u32) -> u64 {
     }
 }
 
-fn check_div(
+pub(crate) fn check_div(
     strategy: Strategy,
     what: &'static str,
     value: u64,
@@ -163,6 +164,7 @@ pub fn build_limited(
         Workload::AgGemm | Workload::GemmRs | Workload::Mlp => {
             mlp_plan(sc, workload, strategy, symmetric)
         }
+        Workload::Moe => moe::build(&moe::MoeShape::of(sc)?, strategy),
     }
 }
 
@@ -250,6 +252,7 @@ fn mlp_plan(
             let ready = Blocks::inputs_ready(strategy, shape.ranks, m, a);
             shard_of(sites::gemm_rs(&mut b, &streams, strategy, "fc2", &shape, &ready)?.0)
         }
+        Workload::Moe => return moe::build(&moe::MoeShape::of(sc)?, strategy),
         Workload::Layer | Workload::Step | Workload::Attention => {
             return layer_plan(
                 sc,

@@ -97,7 +97,7 @@ pub fn block_region(strategy: Strategy, ranks: u32, tokens: u64, j: u64) -> Regi
         | Strategy::PermuteLoopBidir
         | Strategy::QuerySplit
         | Strategy::FlashA2a => Region::rows(0, j * shard, shard),
-        Strategy::Sequential | Strategy::Bulk | Strategy::Chunked(_) => {
+        Strategy::Sequential | Strategy::Bulk | Strategy::Chunked(_) | Strategy::FlashEp(_) => {
             let p = shard / blocks(strategy, ranks);
             Region::rows(0, piece_row(strategy, ranks, tokens, 0, j), p * n)
         }
@@ -194,7 +194,7 @@ pub fn ag_gemm(
         gemm: &gemm_op,
     };
     match strategy {
-        Strategy::Sequential | Strategy::Bulk | Strategy::Chunked(_) => {
+        Strategy::Sequential | Strategy::Bulk | Strategy::Chunked(_) | Strategy::FlashEp(_) => {
             schedule::chunked::all_gather(b, &c, &mut out)?
         }
         Strategy::PermuteLoop => schedule::permute::all_gather(b, &c, &mut out)?,
@@ -397,7 +397,7 @@ pub fn gemm_rs_with(
         gemm: &gemm_op,
     };
     let done = match strategy {
-        Strategy::Sequential | Strategy::Bulk | Strategy::Chunked(_) => {
+        Strategy::Sequential | Strategy::Bulk | Strategy::Chunked(_) | Strategy::FlashEp(_) => {
             schedule::chunked::reduce_scatter(b, &c)?
         }
         Strategy::Direct => schedule::direct::reduce_scatter(b, &c)?,

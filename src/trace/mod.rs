@@ -339,6 +339,13 @@ pub fn chrome_trace(timelines: &[&Timeline]) -> String {
 fn shape(kind: &OpKind) -> Option<String> {
     match kind {
         OpKind::Gemm { m, n, k, dtype } => Some(format!("{m}x{n}x{k} {dtype}")),
+        OpKind::GroupedGemm {
+            groups,
+            m,
+            n,
+            k,
+            dtype,
+        } => Some(format!("{groups} x {m}x{n}x{k} {dtype} (grouped)")),
         OpKind::Attention(a) => Some(format!(
             "attention q={} kv={} bh={} d={}{} {}",
             a.seq_q,

@@ -32,6 +32,13 @@ fn critical_path(plan: &Plan, gpu: &GpuSpec, topo: &Topology, link: f64) -> f64 
     let dur = |op: usize| -> f64 {
         match plan.ops[op].kind {
             OpKind::Gemm { m, n, k, dtype } => cost::gemm_time(gpu, m, n, k, dtype).unwrap(),
+            OpKind::GroupedGemm {
+                groups,
+                m,
+                n,
+                k,
+                dtype,
+            } => cost::grouped_gemm_time(gpu, groups as u64, m, n, k, dtype).unwrap(),
             OpKind::Attention(a) => cost::attention_time(gpu, &a).unwrap(),
             OpKind::Elementwise { bytes, .. } => cost::elementwise_time(gpu, bytes),
             OpKind::Copy { bytes } => cost::elementwise_time(gpu, bytes * 2),
@@ -894,5 +901,55 @@ fn stages_exchange_one_shard_per_micro_batch_each_way() {
             }
         }
         assert_eq!(n, 2 * 4 * 2 * 2, "{order:?}");
+    }
+}
+
+/// A MoE block (workload `moe`) with compute free on a contention-free full mesh: its
+/// time is the critical path of its messages. `sequential` runs its all-to-alls on one
+/// stream and flash-ep its dispatch step j beside combine step j − 1, on different
+/// links for an even ep; `chunked:K` runs chunk c + 1's dispatch beside chunk c's
+/// combine on the same pairs, and `flash-ep:G` a later dispatch beside an earlier
+/// group's combines, which this contention-free path does not model.
+#[test]
+fn a_moe_block_with_compute_free_is_its_communication_critical_path() {
+    let gbps = 100.0;
+    for (model, ep) in [("mixtral-8x7b", 4), ("mixtral-8x7b", 8), ("deepseek-v3", 8)] {
+        let mut sc = config::load_scenario("default").unwrap();
+        sc.model = config::load_model(model, None).unwrap();
+        sc.workload = Workload::Moe;
+        sc.parallel.tp = 1;
+        sc.parallel.ep = ep;
+        sc.batch = 1;
+        sc.seq = 2048;
+        sc.interference = false;
+        sc.hardware.comm.message_latency = 0.0;
+        sc.hardware.comm.step_latency = 0.0;
+        sc.hardware.topology = Topology::full_mesh(
+            "mesh",
+            ep,
+            LinkSpec {
+                bandwidth: gbps * 1e9,
+                latency: 0.0,
+            },
+        )
+        .unwrap();
+        let g = &mut sc.hardware.gpu;
+        g.peak_flops = [Some(1e30); 4];
+        g.hbm_bandwidth = 1e30;
+        g.gemm.launch = 0.0;
+        g.gemm.split_launch = 0.0;
+        g.gemm.sm_load_bandwidth = None;
+        g.gemm.measured.clear();
+        g.elementwise.launch = 0.0;
+        for s in [Strategy::Sequential, Strategy::FlashEp(1)] {
+            let r = run_strategy(&sc, s, &opts()).unwrap();
+            let want = critical_path(&r.plan, &sc.hardware.gpu, &sc.hardware.topology, gbps * 1e9);
+            let got = r.metrics.makespan;
+            assert!(
+                (got - want).abs() <= 1e-9 * want,
+                "{model} ep {ep} {s}: simulated {got} vs communication critical path {want}"
+            );
+            assert!(r.metrics.compute < 1e-6 * got, "{model} {s}");
+        }
     }
 }

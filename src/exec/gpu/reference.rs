@@ -114,8 +114,8 @@ pub(super) fn check(
                 parts.push(y);
                 width = w1c;
             }
-            // Whole layers and steps are simulator-only plans (no data flow).
-            Workload::Layer | Workload::Step | Workload::Attention => {
+            // Whole layers, steps and MoE blocks are simulator-only plans (no data flow).
+            Workload::Layer | Workload::Step | Workload::Attention | Workload::Moe => {
                 return Err(GpuError::NoDataflow);
             }
             Workload::GemmRs | Workload::Mlp => {

@@ -73,7 +73,7 @@ pub(super) struct InterferenceState {
     running: Vec<Vec<OpId>>,
     progress: Vec<Progress>,
     /// GEMM SM slowdowns by (shape, SMs left).
-    sm_cache: BTreeMap<(u64, u64, u64, usize, u64), f64>,
+    sm_cache: BTreeMap<(u64, u64, u64, u64, usize, u64), f64>,
 }
 
 /// An event to (re)schedule: op, time, version, and whether it is a GEMM's tail (the
@@ -137,7 +137,7 @@ impl InterferenceState {
     pub fn compute_started(&mut self, plan: &Plan, op: OpId, now: f64) {
         let o = &plan.ops[op as usize];
         let r = o.rank as usize;
-        if matches!(o.kind, OpKind::Gemm { .. }) {
+        if o.kind.is_gemm() {
             self.gemms[r] += 1;
         }
         // Without SM admission a side op holds SMs from its start; with it, the next
@@ -159,7 +159,7 @@ impl InterferenceState {
     pub fn compute_done(&mut self, plan: &Plan, op: OpId) {
         let o = &plan.ops[op as usize];
         let r = o.rank as usize;
-        if matches!(o.kind, OpKind::Gemm { .. }) {
+        if o.kind.is_gemm() {
             self.gemms[r] -= 1;
         }
         if self.admitted[op as usize] {
@@ -227,6 +227,13 @@ impl InterferenceState {
         if self.tail[i].is_nan() {
             self.tail[i] = match plan.ops[i].kind {
                 OpKind::Gemm { m, n, k, dtype } => cost::gemm_partial_tail(gpu, m, n, k, dtype)?,
+                OpKind::GroupedGemm {
+                    groups,
+                    m,
+                    n,
+                    k,
+                    dtype,
+                } => cost::grouped_gemm_partial_tail(gpu, groups as u64, m, n, k, dtype)?,
                 _ => 1.0,
             };
         }
@@ -246,9 +253,7 @@ impl InterferenceState {
     ) -> Result<bool, CostError> {
         for i in 0..self.running[rank].len() {
             let g = self.running[rank][i];
-            if matches!(plan.ops[g as usize].kind, OpKind::Gemm { .. })
-                && self.fills_sms(gpu, plan, g, now, base(g))?
-            {
+            if plan.ops[g as usize].kind.is_gemm() && self.fills_sms(gpu, plan, g, now, base(g))? {
                 return Ok(true);
             }
         }
@@ -281,8 +286,19 @@ impl InterferenceState {
             });
         }
         let p = &self.model.params;
-        Ok(match o.kind {
-            OpKind::Gemm { m, n, k, dtype } => {
+        let gemm = match o.kind {
+            OpKind::Gemm { m, n, k, dtype } => Some((1, m, n, k, dtype)),
+            OpKind::GroupedGemm {
+                groups,
+                m,
+                n,
+                k,
+                dtype,
+            } => Some((groups as u64, m, n, k, dtype)),
+            _ => None,
+        };
+        Ok(match gemm {
+            Some((g, m, n, k, dtype)) => {
                 let held = if self.holds_sms() {
                     (self.posted[r] as u64)
                         .saturating_mul(p.comm_ctas_per_op)
@@ -292,11 +308,11 @@ impl InterferenceState {
                     0
                 };
                 let sms = gpu.sm_count.saturating_sub(held);
-                let key = (m, n, k, dtype as usize, sms);
+                let key = (g, m, n, k, dtype as usize, sms);
                 let sm = match self.sm_cache.get(&key) {
                     Some(&f) => f,
                     None => {
-                        let f = cost::gemm_sm_slowdown(gpu, m, n, k, dtype, sms)?;
+                        let f = cost::grouped_gemm_sm_slowdown(gpu, g, m, n, k, dtype, sms)?;
                         self.sm_cache.insert(key, f);
                         f
                     }
@@ -359,7 +375,7 @@ impl InterferenceState {
             let op = self.running[r][i];
             let f = self.factor(gpu, plan, op, now, &base)?;
             let d = base(op);
-            let is_gemm = matches!(plan.ops[op as usize].kind, OpKind::Gemm { .. });
+            let is_gemm = plan.ops[op as usize].kind.is_gemm();
             let tail = if admission && is_gemm {
                 self.tail_of(gpu, plan, op)?
             } else {

@@ -341,6 +341,13 @@ impl<'p> Engine<'p> {
                         }
                     }
                 }
+                OpKind::GroupedGemm {
+                    groups,
+                    m,
+                    n,
+                    k,
+                    dtype,
+                } => cost::grouped_gemm_time(gpu, groups as u64, m, n, k, dtype)?,
                 OpKind::Attention(a) => cost::attention_time(gpu, &a)?,
                 OpKind::Elementwise {
                     kind: EltKind::Join,

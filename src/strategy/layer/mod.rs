@@ -117,7 +117,8 @@ impl Net<'_> {
 /// piece of every shard), one for the per-rank blocks of flash, direct, permute-loop.
 fn block_extent(st: Strategy, ranks: u64, j: u64, den: u64) -> (u64, u64, Option<u64>) {
     match st {
-        Strategy::Sequential | Strategy::Bulk => (0, den, None),
+        // flash-ep (a MoE strategy) is refused at tensor-parallel sites by validation.
+        Strategy::Sequential | Strategy::Bulk | Strategy::FlashEp(_) => (0, den, None),
         Strategy::Chunked(k) => {
             let w = den / k as u64;
             (j * w, (j + 1) * w, None)
@@ -683,6 +684,7 @@ pub fn build(
         pp: pp as u64,
         pp_schedule: schedule,
         order: s.order,
+        ep: 1,
     };
     let mbs = if step { s.micro_batches } else { 1 };
     let v = schedule.chunks();

@@ -1,0 +1,486 @@
+//! A mixture-of-experts FFN block over `ep` expert-parallel ranks (workload `moe`), the
+//! forward pass: each rank routes its own tokens (the router GEMM), sends each token to
+//! the ranks holding its `top_k` experts (the dispatch all-to-all), runs its experts as
+//! grouped GEMMs (FC1, activation, FC2) on what it received, and sends the outputs back
+//! to the tokens' ranks (the combine all-to-all, reduced as it lands); the shared experts
+//! run on the rank's own tokens.
+//!
+//! Strategies:
+//! - `sequential`: dispatch, then the experts, then the combine, then the shared experts
+//!   (nothing overlaps).
+//! - `chunked:K`: the tokens in K chunks, pipelined — chunk c's dispatch on the dispatch
+//!   stream, its experts on the compute stream, its combine on the combine stream, so the
+//!   experts of chunk c run beside the dispatch of c + 1 and the combine of c − 1; the
+//!   shared experts first, beside the first dispatch.
+//! - `flash-ep`: the dispatch decomposed into one P2P message per destination, in
+//!   rank-adaptive order (step i: rank d sends to d + i and receives from d − i, one
+//!   message after the other, so rank d's i-th arrival is the i-th step), the experts run
+//!   on each source's tokens as they arrive, and each source's outputs are sent back (the
+//!   combine of step i: to d − i, while receiving from d + i) as soon as they are done;
+//!   the shared experts first (they need no message), the rank's own tokens last (their
+//!   outputs need none), so no combine is left after the last GEMM. `flash-ep:G` runs
+//!   the experts once per G arrivals: a grouped GEMM reads every local expert's weights
+//!   once, so per-source GEMMs of few rows per expert are bound by HBM, not FLOPs.
+//!   `flash` is `flash-ep` here, as it is the Flash schedule at every other site.
+//!
+//! Closed forms (balanced routing, free links between every pair, the message time of
+//! one destination's tokens τ, one source's expert work c): `flash-ep` ends at
+//! `s + max(τ − s, 0) + ep · c` where `s` is the shared experts' time, when every message
+//! fits under the compute before it is needed (2τ ≤ c); `sequential` at
+//! `router + 2 · A + E + s` with A the fused all-to-all and E the experts on every row.
+//! `tests` checks both on the engine.
+//!
+//! Routing: rank d's share of routed token-slots is `Routing::rank_shares` (uniform,
+//! Zipf over the experts in order, or given per rank); every source routes the same way,
+//! so source s sends rank d `round(T · k · share_d)` rows. Within a rank the rows are
+//! spread evenly over its experts (one grouped GEMM of `experts / ep` problems).
+
+use super::StrategyError;
+use crate::plan::{OpId, OpKind, OpTag, Plan, PlanBuilder, StreamId, StreamKind};
+use crate::scenario::{DType, Model, Routing, Scenario, Strategy};
+
+/// A MoE block as the builder needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MoeShape {
+    /// Expert-parallel ranks.
+    pub ep: u32,
+    /// Tokens each rank holds (and routes).
+    pub tokens: u64,
+    pub hidden: u64,
+    /// Routed experts over all ranks.
+    pub experts: u64,
+    pub top_k: u64,
+    /// One expert's FC1 output width (2 · its FFN width when gated) and FFN width.
+    pub expert_fc1: u64,
+    pub expert_ffn: u64,
+    /// The shared experts' FC1 output and FFN widths (0: none).
+    pub shared_fc1: u64,
+    pub shared_ffn: u64,
+    pub dtype: DType,
+    /// Share of routed token-slots per destination rank (sums to 1).
+    pub shares: Vec<f64>,
+}
+
+impl MoeShape {
+    pub fn of(sc: &Scenario) -> Result<MoeShape, StrategyError> {
+        MoeShape::from_parts(
+            &sc.model,
+            sc.tokens(),
+            sc.parallel.ep,
+            sc.dtype,
+            sc.routing.clone(),
+        )
+    }
+
+    pub fn from_parts(
+        model: &Model,
+        tokens: u64,
+        ep: u64,
+        dtype: DType,
+        routing: Routing,
+    ) -> Result<MoeShape, StrategyError> {
+        let moe = model.moe.ok_or(StrategyError::Unsupported(
+            "workload moe needs a mixture-of-experts model",
+        ))?;
+        let gate = if model.activation.gated() { 2 } else { 1 };
+        Ok(MoeShape {
+            ep: ep as u32,
+            tokens,
+            hidden: model.hidden,
+            experts: moe.experts,
+            top_k: moe.top_k,
+            expert_fc1: gate * moe.expert_ffn,
+            expert_ffn: moe.expert_ffn,
+            shared_fc1: gate * moe.shared_ffn,
+            shared_ffn: moe.shared_ffn,
+            dtype,
+            shares: routing.rank_shares(moe.experts, ep),
+        })
+    }
+
+    /// Experts each rank holds.
+    pub fn local_experts(&self) -> u64 {
+        self.experts / self.ep.max(1) as u64
+    }
+
+    /// Rows a source rank sends destination `d` (out of `tokens` tokens of its own).
+    pub fn rows_to(&self, d: usize, tokens: u64) -> u64 {
+        (tokens as f64 * self.top_k as f64 * self.shares[d]).round() as u64
+    }
+
+    /// The most loaded rank's routed rows over the mean: 1 when balanced.
+    pub fn imbalance(&self) -> f64 {
+        let max = self.shares.iter().copied().fold(0.0, f64::max);
+        max * self.shares.len() as f64
+    }
+
+    fn row_bytes(&self) -> u64 {
+        self.hidden * self.dtype.bytes()
+    }
+}
+
+/// Whether `strategy` can build this block.
+pub fn check(strategy: Strategy, s: &MoeShape) -> Result<(), StrategyError> {
+    match strategy {
+        Strategy::Sequential | Strategy::FlashEp(_) | Strategy::Flash => Ok(()),
+        Strategy::Chunked(k) => super::check_div(strategy, "tokens per rank", s.tokens, k as u64),
+        _ => Err(StrategyError::Unsupported(
+            "workload moe runs sequential, chunked:K or flash-ep (flash there is flash-ep)",
+        )),
+    }
+}
+
+/// Per rank: its compute stream and the streams its dispatch and combine run on.
+struct Streams {
+    compute: Vec<StreamId>,
+    dispatch: Vec<StreamId>,
+    combine: Vec<StreamId>,
+}
+
+struct Ctx<'a> {
+    b: PlanBuilder,
+    s: &'a MoeShape,
+    st: Streams,
+}
+
+fn tag(site: u16, step: u32, slice: u32) -> OpTag {
+    OpTag { site, step, slice }
+}
+
+impl Ctx<'_> {
+    fn n(&self) -> usize {
+        self.s.ep as usize
+    }
+
+    /// A GEMM (plain when `groups` is 1) on `r`'s compute stream; `None` for no rows.
+    #[allow(clippy::too_many_arguments)]
+    fn gemm(
+        &mut self,
+        r: usize,
+        site: u16,
+        slice: u32,
+        groups: u64,
+        (m, n, k): (u64, u64, u64),
+        deps: &[OpId],
+    ) -> Result<Option<OpId>, StrategyError> {
+        if m == 0 || n == 0 || k == 0 {
+            return Ok(None);
+        }
+        let dtype = self.s.dtype;
+        let kind = if groups > 1 {
+            OpKind::GroupedGemm {
+                groups: groups.min(u32::MAX as u64) as u32,
+                m,
+                n,
+                k,
+                dtype,
+            }
+        } else {
+            OpKind::Gemm { m, n, k, dtype }
+        };
+        let deps: Vec<OpId> = deps.to_vec();
+        Ok(Some(self.b.single(
+            self.st.compute[r],
+            kind,
+            &deps,
+            tag(site, 0, slice),
+        )?))
+    }
+
+    fn act(
+        &mut self,
+        r: usize,
+        site: u16,
+        slice: u32,
+        bytes: u64,
+        dep: OpId,
+    ) -> Result<OpId, StrategyError> {
+        Ok(self.b.single(
+            self.st.compute[r],
+            OpKind::Elementwise {
+                kind: crate::plan::EltKind::Activation,
+                bytes,
+            },
+            &[dep],
+            tag(site, 0, slice),
+        )?)
+    }
+
+    /// FC1, activation, FC2 over `rows` rows on `r`: the routed experts (grouped, the
+    /// rows spread over the rank's experts) or the shared ones (`shared`). Returns FC2,
+    /// or `None` when there are no rows (or no shared experts).
+    fn ffn(
+        &mut self,
+        r: usize,
+        shared: bool,
+        rows: u64,
+        slice: u32,
+        deps: &[OpId],
+    ) -> Result<Option<OpId>, StrategyError> {
+        let s = self.s;
+        let (groups, m, fc1, ffn, prefix) = if shared {
+            (1, rows, s.shared_fc1, s.shared_ffn, "shared")
+        } else {
+            let e = s.local_experts().max(1);
+            (e, rows.div_ceil(e), s.expert_fc1, s.expert_ffn, "experts")
+        };
+        if rows == 0 || ffn == 0 {
+            return Ok(None);
+        }
+        let (s1, sa, s2) = (
+            self.b.site(&format!("{prefix}.fc1")),
+            self.b.site(&format!("{prefix}.act")),
+            self.b.site(&format!("{prefix}.fc2")),
+        );
+        let Some(f1) = self.gemm(r, s1, slice, groups, (m, fc1, s.hidden), deps)? else {
+            return Ok(None);
+        };
+        let elt = s.dtype.bytes();
+        let a = self.act(r, sa, slice, groups * m * (fc1 + ffn) * elt, f1)?;
+        self.gemm(r, s2, slice, groups, (m, s.hidden, ffn), &[a])
+    }
+
+    /// One step of an exchange over every rank: rank j sends `rows(j, j + i)` rows to
+    /// j + i and receives `rows(j − i, j)` from j − i (`reverse`: to j − i, from j + i),
+    /// on `stream[j]`, its send after `deps[j]`; `combine`: the received rows are reduced
+    /// into the output as they land. Returns each rank's recv (`None` where nothing
+    /// arrives).
+    #[allow(clippy::too_many_arguments)]
+    fn exchange_step(
+        &mut self,
+        site: u16,
+        i: usize,
+        streams: &[StreamId],
+        rows: &dyn Fn(usize, usize) -> u64,
+        deps: &[Vec<OpId>],
+        fused: bool,
+        (combine, reverse): (bool, bool),
+    ) -> Result<Vec<Option<OpId>>, StrategyError> {
+        let n = self.n();
+        let rb = self.s.row_bytes();
+        let tags: Vec<u64> = (0..n).map(|_| self.b.msg_tag()).collect();
+        let mut out = vec![None; n];
+        for j in 0..n {
+            let (to, from) = if reverse {
+                ((j + n - i) % n, (j + i) % n)
+            } else {
+                ((j + i) % n, (j + n - i) % n)
+            };
+            let (out_rows, in_rows) = (rows(j, to), rows(from, j));
+            if out_rows == 0 && in_rows == 0 {
+                continue;
+            }
+            let l = self.b.launch_fused(streams[j], fused);
+            if out_rows > 0 {
+                let send = OpKind::Send {
+                    peer: to as u32,
+                    bytes: out_rows * rb,
+                    tag: tags[j],
+                };
+                self.b
+                    .add(l, send, &deps[j], tag(site, i as u32, to as u32))?;
+            }
+            if in_rows > 0 {
+                let recv = OpKind::Recv {
+                    peer: from as u32,
+                    bytes: in_rows * rb,
+                    tag: tags[from],
+                    accumulate: combine,
+                };
+                out[j] = Some(self.b.add(l, recv, &[], tag(site, i as u32, from as u32))?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// An all-to-all of `rows(src, dst)` rows as one kernel (ep − 1 pairwise steps on
+    /// `streams`, the later ones paying the step latency), each rank's first send after
+    /// `first[r]`. Returns each rank's last recv.
+    fn all_to_all(
+        &mut self,
+        site: u16,
+        streams: &[StreamId],
+        rows: &dyn Fn(usize, usize) -> u64,
+        first: &[Vec<OpId>],
+        combine: bool,
+    ) -> Result<Vec<Option<OpId>>, StrategyError> {
+        let n = self.n();
+        let mut last: Vec<Option<OpId>> = vec![None; n];
+        for i in 1..n {
+            let deps: Vec<Vec<OpId>> = if i == 1 {
+                first.to_vec()
+            } else {
+                vec![Vec::new(); n]
+            };
+            let got = self.exchange_step(site, i, streams, rows, &deps, i > 1, (combine, false))?;
+            for (l, g) in last.iter_mut().zip(got) {
+                if g.is_some() {
+                    *l = g;
+                }
+            }
+        }
+        Ok(last)
+    }
+
+    /// The router on every rank: a (T × hidden) · (hidden × experts) GEMM.
+    fn routers(&mut self) -> Result<Vec<Vec<OpId>>, StrategyError> {
+        let site = self.b.site("router");
+        let (t, h, e) = (self.s.tokens, self.s.hidden, self.s.experts);
+        (0..self.n())
+            .map(|r| {
+                Ok(self
+                    .gemm(r, site, 0, 1, (t, e, h), &[])?
+                    .into_iter()
+                    .collect())
+            })
+            .collect()
+    }
+}
+
+fn declare(b: &mut PlanBuilder, n: usize, dispatch_and_combine_apart: bool) -> Streams {
+    let mut st = Streams {
+        compute: Vec::new(),
+        dispatch: Vec::new(),
+        combine: Vec::new(),
+    };
+    for r in 0..n as u32 {
+        st.compute.push(b.stream(r, "compute", StreamKind::Compute));
+        let d = b.stream(r, "dispatch", StreamKind::Comm);
+        st.dispatch.push(d);
+        st.combine.push(if dispatch_and_combine_apart {
+            b.stream(r, "combine", StreamKind::Comm)
+        } else {
+            d
+        });
+    }
+    st
+}
+
+/// The MoE block under `strategy` (see the module's documentation).
+pub fn build(s: &MoeShape, strategy: Strategy) -> Result<Plan, StrategyError> {
+    check(strategy, s)?;
+    let n = s.ep as usize;
+    let mut b = PlanBuilder::new(s.ep).without_dataflow();
+    let st = declare(&mut b, n, strategy != Strategy::Sequential);
+    // Model FLOPs over every rank: router, routed experts per routed row, shared experts.
+    let tokens = s.tokens as f64 * n as f64;
+    let h = s.hidden as f64;
+    b.add_model_flops(2.0 * tokens * h * s.experts as f64);
+    b.add_model_flops(2.0 * tokens * s.top_k as f64 * h * (s.expert_fc1 + s.expert_ffn) as f64);
+    b.add_model_flops(2.0 * tokens * h * (s.shared_fc1 + s.shared_ffn) as f64);
+    let mut c = Ctx { b, s, st };
+    let router = c.routers()?;
+    match strategy {
+        Strategy::Sequential => sequential(&mut c, &router)?,
+        Strategy::Chunked(k) => chunked(&mut c, &router, k as u64)?,
+        Strategy::FlashEp(g) => flash_ep(&mut c, &router, g as usize)?,
+        Strategy::Flash => flash_ep(&mut c, &router, 1)?,
+        _ => unreachable!("check refused it"),
+    }
+    Ok(c.b.finish()?)
+}
+
+fn sequential(c: &mut Ctx, router: &[Vec<OpId>]) -> Result<(), StrategyError> {
+    let n = c.n();
+    let s = c.s;
+    let t = s.tokens;
+    let rows = |src: usize, dst: usize| if src == dst { 0 } else { s.rows_to(dst, t) };
+    let (dsite, csite) = (c.b.site("dispatch"), c.b.site("combine"));
+    let streams = c.st.dispatch.clone();
+    let got = c.all_to_all(dsite, &streams, &rows, router, false)?;
+    let mut outs = Vec::with_capacity(n);
+    for (r, g) in got.iter().enumerate() {
+        // Every row routed here, its own included.
+        let mine: u64 = (0..n).map(|_| s.rows_to(r, t)).sum();
+        let deps: Vec<OpId> = g.iter().copied().chain(router[r].clone()).collect();
+        outs.push(
+            c.ffn(r, false, mine, 0, &deps)?
+                .into_iter()
+                .collect::<Vec<_>>(),
+        );
+    }
+    let back = |src: usize, dst: usize| rows(dst, src);
+    let done = c.all_to_all(csite, &streams, &back, &outs, true)?;
+    for (r, d) in done.iter().enumerate() {
+        let deps: Vec<OpId> = d.iter().copied().chain(outs[r].clone()).collect();
+        c.ffn(r, true, t, 0, &deps)?;
+    }
+    Ok(())
+}
+
+fn chunked(c: &mut Ctx, router: &[Vec<OpId>], k: u64) -> Result<(), StrategyError> {
+    let n = c.n();
+    let s = c.s;
+    let t = s.tokens / k;
+    let rows = |src: usize, dst: usize| if src == dst { 0 } else { s.rows_to(dst, t) };
+    let back = |src: usize, dst: usize| rows(dst, src);
+    let (dsite, csite) = (c.b.site("dispatch"), c.b.site("combine"));
+    let (dstreams, cstreams) = (c.st.dispatch.clone(), c.st.combine.clone());
+    // The shared experts first, beside the first chunk's dispatch.
+    for (r, deps) in router.iter().enumerate() {
+        c.ffn(r, true, s.tokens, 0, deps)?;
+    }
+    for chunk in 0..k {
+        let got = c.all_to_all(dsite, &dstreams, &rows, router, false)?;
+        let mut outs = Vec::with_capacity(n);
+        for (r, g) in got.iter().enumerate() {
+            let mine: u64 = (0..n).map(|_| s.rows_to(r, t)).sum();
+            let deps: Vec<OpId> = g.iter().copied().collect();
+            outs.push(
+                c.ffn(r, false, mine, chunk as u32, &deps)?
+                    .into_iter()
+                    .collect::<Vec<_>>(),
+            );
+        }
+        c.all_to_all(csite, &cstreams, &back, &outs, true)?;
+    }
+    Ok(())
+}
+
+fn flash_ep(c: &mut Ctx, router: &[Vec<OpId>], group: usize) -> Result<(), StrategyError> {
+    let n = c.n();
+    let s = c.s;
+    let t = s.tokens;
+    let rows = |src: usize, dst: usize| if src == dst { 0 } else { s.rows_to(dst, t) };
+    let back = |src: usize, dst: usize| rows(dst, src);
+    let (dsite, csite) = (c.b.site("dispatch"), c.b.site("combine"));
+    let (dstreams, cstreams) = (c.st.dispatch.clone(), c.st.combine.clone());
+    // The dispatch: one P2P call per step, each after the router; `arrived[i][r]`: the
+    // recv of step i on rank r.
+    let mut arrived: Vec<Vec<Option<OpId>>> = vec![vec![None; n]];
+    for i in 1..n {
+        arrived.push(c.exchange_step(dsite, i, &dstreams, &rows, router, false, (false, false))?);
+    }
+    // Compute: shared experts, then the sources' tokens in arrival order, `group`
+    // arrivals per grouped GEMM, own last.
+    // `done[i][r]`: the FC2 on rank r that finishes the tokens of its step i.
+    let mut done: Vec<Vec<Vec<OpId>>> = vec![vec![Vec::new(); n]; n];
+    let group = group.max(1);
+    for r in 0..n {
+        c.ffn(r, true, t, 0, &router[r])?;
+        let mut i = 1;
+        while i < n {
+            let steps = i..(i + group).min(n);
+            let deps: Vec<OpId> = steps.clone().filter_map(|j| arrived[j][r]).collect();
+            let rows = steps.len() as u64 * s.rows_to(r, t);
+            let src = (r + n - i) % n;
+            let out: Vec<OpId> = c
+                .ffn(r, false, rows, src as u32, &deps)?
+                .into_iter()
+                .collect();
+            for j in steps {
+                done[j][r] = out.clone();
+            }
+            i += group;
+        }
+        c.ffn(r, false, s.rows_to(r, t), r as u32, &router[r])?;
+    }
+    // The combine: step i sends source r − i its outputs as soon as they are done.
+    for (i, deps) in done.iter().enumerate().skip(1) {
+        c.exchange_step(csite, i, &cstreams, &back, deps, false, (true, true))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

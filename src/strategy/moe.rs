@@ -7,7 +7,8 @@
 //!
 //! Strategies:
 //! - `sequential`: dispatch, then the experts, then the combine, then the shared experts
-//!   (nothing overlaps).
+//!   (nothing overlaps). Each all-to-all is one group of P2P calls, as NCCL runs one:
+//!   every message of a rank in flight at once, sharing its links.
 //! - `chunked:K`: the tokens in K chunks, pipelined — chunk c's dispatch on the dispatch
 //!   stream, its experts on the compute stream, its combine on the combine stream, so the
 //!   experts of chunk c run beside the dispatch of c + 1 and the combine of c − 1; the
@@ -25,9 +26,10 @@
 //!
 //! Closed forms (balanced routing, free links between every pair, the message time of
 //! one destination's tokens τ, one source's expert work c): `flash-ep` ends at
-//! `s + max(τ − s, 0) + ep · c` where `s` is the shared experts' time, when every message
-//! fits under the compute before it is needed (2τ ≤ c); `sequential` at
-//! `router + 2 · A + E + s` with A the fused all-to-all and E the experts on every row.
+//! `router + max(s, τ) + ep · c` where `s` is the shared experts' time, when every
+//! message fits under the compute before it is needed (4τ ≤ c); `sequential` at
+//! `router + 2 · A + E + s` with E the experts on every row and A the all-to-all, on one
+//! NVSwitch `α + (ep − 1) · p / B` (a rank's ep − 1 messages of p bytes share its link).
 //! `tests` checks both on the engine.
 //!
 //! Routing: rank d's share of routed token-slots is `Routing::rank_shares` (uniform,
@@ -253,7 +255,6 @@ impl Ctx<'_> {
         streams: &[StreamId],
         rows: &dyn Fn(usize, usize) -> u64,
         deps: &[Vec<OpId>],
-        fused: bool,
         (combine, reverse): (bool, bool),
     ) -> Result<Vec<Option<OpId>>, StrategyError> {
         let n = self.n();
@@ -270,7 +271,7 @@ impl Ctx<'_> {
             if out_rows == 0 && in_rows == 0 {
                 continue;
             }
-            let l = self.b.launch_fused(streams[j], fused);
+            let l = self.b.launch(streams[j]);
             if out_rows > 0 {
                 let send = OpKind::Send {
                     peer: to as u32,
@@ -293,9 +294,11 @@ impl Ctx<'_> {
         Ok(out)
     }
 
-    /// An all-to-all of `rows(src, dst)` rows as one kernel (ep − 1 pairwise steps on
-    /// `streams`, the later ones paying the step latency), each rank's first send after
-    /// `first[r]`. Returns each rank's last recv.
+    /// An all-to-all of `rows(src, dst)` rows as one group of P2P calls (NCCL's
+    /// all-to-all: every send and receive of a rank posted at once, so they share its
+    /// links as flows do, NVLink and NIC traffic side by side), each rank's sends after
+    /// `first[r]`; `combine`: received rows reduced as they land. Returns each rank's
+    /// last recv.
     fn all_to_all(
         &mut self,
         site: u16,
@@ -305,17 +308,42 @@ impl Ctx<'_> {
         combine: bool,
     ) -> Result<Vec<Option<OpId>>, StrategyError> {
         let n = self.n();
+        let rb = self.s.row_bytes();
+        // tags[src][dst]
+        let tags: Vec<Vec<u64>> = (0..n)
+            .map(|_| (0..n).map(|_| self.b.msg_tag()).collect())
+            .collect();
         let mut last: Vec<Option<OpId>> = vec![None; n];
-        for i in 1..n {
-            let deps: Vec<Vec<OpId>> = if i == 1 {
-                first.to_vec()
-            } else {
-                vec![Vec::new(); n]
-            };
-            let got = self.exchange_step(site, i, streams, rows, &deps, i > 1, (combine, false))?;
-            for (l, g) in last.iter_mut().zip(got) {
-                if g.is_some() {
-                    *l = g;
+        for j in 0..n {
+            let active = (1..n).any(|i| rows(j, (j + i) % n) > 0 || rows((j + n - i) % n, j) > 0);
+            if !active {
+                continue;
+            }
+            let l = self.b.launch(streams[j]);
+            for i in 1..n {
+                let to = (j + i) % n;
+                let out_rows = rows(j, to);
+                if out_rows > 0 {
+                    let send = OpKind::Send {
+                        peer: to as u32,
+                        bytes: out_rows * rb,
+                        tag: tags[j][to],
+                    };
+                    self.b
+                        .add(l, send, &first[j], tag(site, i as u32, to as u32))?;
+                }
+            }
+            for i in 1..n {
+                let from = (j + n - i) % n;
+                let in_rows = rows(from, j);
+                if in_rows > 0 {
+                    let recv = OpKind::Recv {
+                        peer: from as u32,
+                        bytes: in_rows * rb,
+                        tag: tags[from][j],
+                        accumulate: combine,
+                    };
+                    last[j] = Some(self.b.add(l, recv, &[], tag(site, i as u32, from as u32))?);
                 }
             }
         }
@@ -449,7 +477,7 @@ fn flash_ep(c: &mut Ctx, router: &[Vec<OpId>], group: usize) -> Result<(), Strat
     // recv of step i on rank r.
     let mut arrived: Vec<Vec<Option<OpId>>> = vec![vec![None; n]];
     for i in 1..n {
-        arrived.push(c.exchange_step(dsite, i, &dstreams, &rows, router, false, (false, false))?);
+        arrived.push(c.exchange_step(dsite, i, &dstreams, &rows, router, (false, false))?);
     }
     // Compute: shared experts, then the sources' tokens in arrival order, `group`
     // arrivals per grouped GEMM, own last.
@@ -477,7 +505,7 @@ fn flash_ep(c: &mut Ctx, router: &[Vec<OpId>], group: usize) -> Result<(), Strat
     }
     // The combine: step i sends source r − i its outputs as soon as they are done.
     for (i, deps) in done.iter().enumerate().skip(1) {
-        c.exchange_step(csite, i, &cstreams, &back, deps, false, (true, true))?;
+        c.exchange_step(csite, i, &cstreams, &back, deps, (true, true))?;
     }
     Ok(())
 }

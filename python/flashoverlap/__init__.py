@@ -165,6 +165,7 @@ def simulate(
     pp: Optional[int] = None,
     pp_schedule: Optional[str] = None,
     rank_order: Optional[str] = None,
+    ep: Optional[int] = None,
     batch: Optional[int] = None,
     seq: Optional[int] = None,
     micro_batches: Optional[int] = None,
@@ -176,6 +177,7 @@ def simulate(
     zero: Optional[int] = None,
     causal: Optional[bool] = None,
     passes: Optional[str] = None,
+    routing: Optional[str] = None,
     sites: Optional[Dict[str, str]] = None,
     strategies: Optional[Union[str, Sequence[str]]] = None,
 ) -> Results:
@@ -191,7 +193,8 @@ def simulate(
     step layout that does not fit in its GPUs' memory raises ``ValueError`` unless
     ``allow_oom=True`` (``--allow-oom``); ``Results.scenario["memory"]`` holds the
     memory per GPU. ``causal=False`` is ``--non-causal``, ``passes="fwd"``
-    ``--forward-only``."""
+    ``--forward-only``; ``ep`` is ``--ep`` and ``routing`` ``--routing-skew`` (workload
+    ``moe``: ``Results.scenario["moe"]`` holds the experts per rank and the imbalance)."""
     kwargs = dict(
         model=model,
         hardware=hardware,
@@ -202,6 +205,7 @@ def simulate(
         pp=pp,
         pp_schedule=pp_schedule,
         rank_order=rank_order,
+        ep=ep,
         batch=batch,
         seq=seq,
         micro_batches=micro_batches,
@@ -213,6 +217,7 @@ def simulate(
         zero=zero,
         clocks=clocks,
         causal=causal,
+        routing=routing,
         passes=passes,
         sites=sites,
         strategies=list(strategies) if isinstance(strategies, (list, tuple)) else strategies,

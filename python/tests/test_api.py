@@ -47,6 +47,20 @@ def test_attention_blocks_and_forward_passes():
     assert fwd < attn < layer and attn < full
 
 
+def test_a_moe_block_with_expert_parallelism_and_skew():
+    args = dict(workload="moe", model="mixtral-8x7b", tp=1, ep=4, batch=1, seq=4096)
+    r = fo.simulate(strategies="sequential,flash-ep", **args)
+    assert r.strategies == ["sequential", "flash-ep"]
+    assert r.scenario["moe"]["experts_per_rank"] == 2
+    assert r.scenario["moe"]["imbalance_x"] == 1.0
+    assert r["flash-ep"]["exposed_comm_us"] < r["sequential"]["exposed_comm_us"]
+    skewed = fo.simulate(strategies="flash-ep", routing="3,1,1,1", **args)
+    assert skewed.scenario["moe"]["imbalance_x"] == 2.0
+    assert skewed["flash-ep"]["makespan_us"] > r["flash-ep"]["makespan_us"]
+    with pytest.raises(ValueError, match=r"argument \(routing\)"):
+        fo.simulate(strategies="flash-ep", routing="3,1", **args)
+
+
 def test_a_plan_file_is_the_commands(tmp_path):
     root = os.path.join(os.path.dirname(__file__), "..", "..")
     plan = os.path.join(root, "plans", "gemms-beside-copies.toml")

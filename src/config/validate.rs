@@ -1232,13 +1232,18 @@ pub fn scenario_from_file(
             ));
         }
     };
-    if forward_only && !matches!(workload, Workload::Layer | Workload::Attention) {
+    if forward_only
+        && !matches!(
+            workload,
+            Workload::Layer | Workload::Attention | Workload::Moe
+        )
+    {
         return Err(ConfigError::invalid(
             &at("passes"),
             "passes",
             "fwd",
             format!(
-                "a forward pass alone is for workloads layer and attention, not {}",
+                "a forward pass alone is for workloads layer, attention and moe, not {}",
                 workload.name()
             ),
         ));

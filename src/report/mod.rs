@@ -822,12 +822,21 @@ pub fn table(sc: &Scenario, run: &ScenarioRun) -> String {
                     .find(|x| x.name == p)
                     .map_or(0.0, |x| x.exposed_comm_us)
             };
+            let bwd = if sc.forward_only {
+                String::new()
+            } else {
+                format!(
+                    "; backward: combine {:.1} us, dispatch {:.1} us",
+                    site("bwd.combine"),
+                    site("bwd.dispatch")
+                )
+            };
             out.push_str(&format!(
-                "{:<w$}  {:.0} tokens/s; exposed dispatch {:.1} us, combine {:.1} us\n",
+                "{:<w$}  {:.0} tokens/s; exposed dispatch {:.1} us, combine {:.1} us{bwd}\n",
                 r.strategy,
                 r.figures.tokens_per_s,
-                site("dispatch"),
-                site("combine"),
+                site("fwd.dispatch"),
+                site("fwd.combine"),
                 w = w[0]
             ));
         }

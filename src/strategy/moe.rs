@@ -1,9 +1,14 @@
-//! A mixture-of-experts FFN block over `ep` expert-parallel ranks (workload `moe`), the
-//! forward pass: each rank routes its own tokens (the router GEMM), sends each token to
+//! A mixture-of-experts FFN block over `ep` expert-parallel ranks (workload `moe`),
+//! forward and (unless forward-only) backward. The forward: each rank routes its own tokens (the router GEMM), sends each token to
 //! the ranks holding its `top_k` experts (the dispatch all-to-all), runs its experts as
 //! grouped GEMMs (FC1, activation, FC2) on what it received, and sends the outputs back
 //! to the tokens' ranks (the combine all-to-all, reduced as it lands); the shared experts
-//! run on the rank's own tokens.
+//! run on the rank's own tokens. The backward mirrors it: the combine's backward sends
+//! the output gradients to the experts, the dgrad chain runs on them, the dispatch's
+//! backward brings the input gradients back, each all-to-all under the same strategy as
+//! in the forward; then every weight gradient (experts, shared experts, router), which
+//! feeds no message and so fills the time the last gradients travel (under
+//! `sequential`, before the last all-to-all: nothing overlaps).
 //!
 //! Strategies:
 //! - `sequential`: dispatch, then the experts, then the combine, then the shared experts
@@ -61,6 +66,8 @@ pub struct MoeShape {
     pub dtype: DType,
     /// Share of routed token-slots per destination rank (sums to 1).
     pub shares: Vec<f64>,
+    /// The backward pass after the forward (a training step's block).
+    pub backward: bool,
 }
 
 impl MoeShape {
@@ -72,6 +79,10 @@ impl MoeShape {
             sc.dtype,
             sc.routing.clone(),
         )
+        .map(|m| MoeShape {
+            backward: !sc.forward_only,
+            ..m
+        })
     }
 
     pub fn from_parts(
@@ -97,6 +108,7 @@ impl MoeShape {
             shared_ffn: moe.shared_ffn,
             dtype,
             shares: routing.rank_shares(moe.experts, ep),
+            backward: true,
         })
     }
 
@@ -143,6 +155,10 @@ struct Ctx<'a> {
     b: PlanBuilder,
     s: &'a MoeShape,
     st: Streams,
+    /// `fwd` or `bwd`: the pass being built (site names start with it).
+    phase: &'static str,
+    /// Per stream, its last op so far.
+    last: Vec<Option<OpId>>,
 }
 
 fn tag(site: u16, step: u32, slice: u32) -> OpTag {
@@ -152,6 +168,27 @@ fn tag(site: u16, step: u32, slice: u32) -> OpTag {
 impl Ctx<'_> {
     fn n(&self) -> usize {
         self.s.ep as usize
+    }
+
+    fn site(&mut self, name: &str) -> u16 {
+        self.b.site(&format!("{}.{name}", self.phase))
+    }
+
+    fn note(&mut self, stream: StreamId, op: OpId) -> OpId {
+        let i = stream as usize;
+        if self.last.len() <= i {
+            self.last.resize(i + 1, None);
+        }
+        self.last[i] = Some(op);
+        op
+    }
+
+    /// The last ops so far of rank `r`'s streams.
+    fn ends(&self, r: usize) -> Vec<OpId> {
+        [self.st.compute[r], self.st.dispatch[r], self.st.combine[r]]
+            .iter()
+            .filter_map(|&s| self.last.get(s as usize).copied().flatten())
+            .collect()
     }
 
     /// A GEMM (plain when `groups` is 1) on `r`'s compute stream; `None` for no rows.
@@ -181,12 +218,10 @@ impl Ctx<'_> {
             OpKind::Gemm { m, n, k, dtype }
         };
         let deps: Vec<OpId> = deps.to_vec();
-        Ok(Some(self.b.single(
-            self.st.compute[r],
-            kind,
-            &deps,
-            tag(site, 0, slice),
-        )?))
+        let op = self
+            .b
+            .single(self.st.compute[r], kind, &deps, tag(site, 0, slice))?;
+        Ok(Some(self.note(self.st.compute[r], op)))
     }
 
     fn act(
@@ -197,7 +232,7 @@ impl Ctx<'_> {
         bytes: u64,
         dep: OpId,
     ) -> Result<OpId, StrategyError> {
-        Ok(self.b.single(
+        let op = self.b.single(
             self.st.compute[r],
             OpKind::Elementwise {
                 kind: crate::plan::EltKind::Activation,
@@ -205,12 +240,14 @@ impl Ctx<'_> {
             },
             &[dep],
             tag(site, 0, slice),
-        )?)
+        )?;
+        Ok(self.note(self.st.compute[r], op))
     }
 
-    /// FC1, activation, FC2 over `rows` rows on `r`: the routed experts (grouped, the
-    /// rows spread over the rank's experts) or the shared ones (`shared`). Returns FC2,
-    /// or `None` when there are no rows (or no shared experts).
+    /// FC1, activation, FC2 over `rows` rows on `r` (in the backward: FC2's dgrad, the
+    /// activation's backward, FC1's dgrad): the routed experts (grouped, the rows spread
+    /// over the rank's experts) or the shared ones (`shared`). Returns the last GEMM, or
+    /// `None` when there are no rows (or no shared experts).
     fn ffn(
         &mut self,
         r: usize,
@@ -229,17 +266,54 @@ impl Ctx<'_> {
         if rows == 0 || ffn == 0 {
             return Ok(None);
         }
+        let elt = s.dtype.bytes();
+        if self.phase == "bwd" {
+            let (s2, sa, s1) = (
+                self.site(&format!("{prefix}.fc2.dgrad")),
+                self.site(&format!("{prefix}.act")),
+                self.site(&format!("{prefix}.fc1.dgrad")),
+            );
+            let Some(d2) = self.gemm(r, s2, slice, groups, (m, ffn, s.hidden), deps)? else {
+                return Ok(None);
+            };
+            // Reads FC1's output and the incoming gradient, writes FC1's gradient.
+            let a = self.act(r, sa, slice, groups * m * (2 * fc1 + ffn) * elt, d2)?;
+            return self.gemm(r, s1, slice, groups, (m, s.hidden, fc1), &[a]);
+        }
         let (s1, sa, s2) = (
-            self.b.site(&format!("{prefix}.fc1")),
-            self.b.site(&format!("{prefix}.act")),
-            self.b.site(&format!("{prefix}.fc2")),
+            self.site(&format!("{prefix}.fc1")),
+            self.site(&format!("{prefix}.act")),
+            self.site(&format!("{prefix}.fc2")),
         );
         let Some(f1) = self.gemm(r, s1, slice, groups, (m, fc1, s.hidden), deps)? else {
             return Ok(None);
         };
-        let elt = s.dtype.bytes();
         let a = self.act(r, sa, slice, groups * m * (fc1 + ffn) * elt, f1)?;
         self.gemm(r, s2, slice, groups, (m, s.hidden, ffn), &[a])
+    }
+
+    /// The weight gradients of rank `r`'s experts over `rows` routed rows (grouped, K the
+    /// rows per expert), of its shared experts and of its router over its own tokens.
+    fn wgrads(&mut self, r: usize, rows: u64) -> Result<(), StrategyError> {
+        let s = self.s;
+        let e = s.local_experts().max(1);
+        let m = rows.div_ceil(e);
+        let (a, b) = (
+            self.site("experts.fc2.wgrad"),
+            self.site("experts.fc1.wgrad"),
+        );
+        self.gemm(r, a, 0, e, (s.expert_ffn, s.hidden, m), &[])?;
+        self.gemm(r, b, 0, e, (s.hidden, s.expert_fc1, m), &[])?;
+        let t = s.tokens;
+        let (a, b) = (self.site("shared.fc2.wgrad"), self.site("shared.fc1.wgrad"));
+        if s.shared_ffn > 0 {
+            self.gemm(r, a, 0, 1, (s.shared_ffn, s.hidden, t), &[])?;
+            self.gemm(r, b, 0, 1, (s.hidden, s.shared_fc1, t), &[])?;
+        }
+        let (d, w) = (self.site("router.dgrad"), self.site("router.wgrad"));
+        self.gemm(r, d, 0, 1, (t, s.hidden, s.experts), &[])?;
+        self.gemm(r, w, 0, 1, (s.experts, s.hidden, t), &[])?;
+        Ok(())
     }
 
     /// One step of an exchange over every rank: rank j sends `rows(j, j + i)` rows to
@@ -278,8 +352,10 @@ impl Ctx<'_> {
                     bytes: out_rows * rb,
                     tag: tags[j],
                 };
-                self.b
+                let op = self
+                    .b
                     .add(l, send, &deps[j], tag(site, i as u32, to as u32))?;
+                self.note(streams[j], op);
             }
             if in_rows > 0 {
                 let recv = OpKind::Recv {
@@ -288,7 +364,8 @@ impl Ctx<'_> {
                     tag: tags[from],
                     accumulate: combine,
                 };
-                out[j] = Some(self.b.add(l, recv, &[], tag(site, i as u32, from as u32))?);
+                let op = self.b.add(l, recv, &[], tag(site, i as u32, from as u32))?;
+                out[j] = Some(self.note(streams[j], op));
             }
         }
         Ok(out)
@@ -329,8 +406,10 @@ impl Ctx<'_> {
                         bytes: out_rows * rb,
                         tag: tags[j][to],
                     };
-                    self.b
+                    let op = self
+                        .b
                         .add(l, send, &first[j], tag(site, i as u32, to as u32))?;
+                    self.note(streams[j], op);
                 }
             }
             for i in 1..n {
@@ -343,7 +422,8 @@ impl Ctx<'_> {
                         tag: tags[from][j],
                         accumulate: combine,
                     };
-                    last[j] = Some(self.b.add(l, recv, &[], tag(site, i as u32, from as u32))?);
+                    let op = self.b.add(l, recv, &[], tag(site, i as u32, from as u32))?;
+                    last[j] = Some(self.note(streams[j], op));
                 }
             }
         }
@@ -352,7 +432,7 @@ impl Ctx<'_> {
 
     /// The router on every rank: a (T × hidden) · (hidden × experts) GEMM.
     fn routers(&mut self) -> Result<Vec<Vec<OpId>>, StrategyError> {
-        let site = self.b.site("router");
+        let site = self.site("router");
         let (t, h, e) = (self.s.tokens, self.s.hidden, self.s.experts);
         (0..self.n())
             .map(|r| {
@@ -396,16 +476,63 @@ pub fn build(s: &MoeShape, strategy: Strategy) -> Result<Plan, StrategyError> {
     b.add_model_flops(2.0 * tokens * h * s.experts as f64);
     b.add_model_flops(2.0 * tokens * s.top_k as f64 * h * (s.expert_fc1 + s.expert_ffn) as f64);
     b.add_model_flops(2.0 * tokens * h * (s.shared_fc1 + s.shared_ffn) as f64);
-    let mut c = Ctx { b, s, st };
+    if s.backward {
+        // Every GEMM again for the input gradients and once more for the weights'.
+        b.add_model_flops(2.0 * forward_flops(s, tokens));
+    }
+    let mut c = Ctx {
+        b,
+        s,
+        st,
+        phase: "fwd",
+        last: Vec::new(),
+    };
     let router = c.routers()?;
-    match strategy {
-        Strategy::Sequential => sequential(&mut c, &router)?,
-        Strategy::Chunked(k) => chunked(&mut c, &router, k as u64)?,
-        Strategy::FlashEp(g) => flash_ep(&mut c, &router, g as usize)?,
-        Strategy::Flash => flash_ep(&mut c, &router, 1)?,
-        _ => unreachable!("check refused it"),
+    pass(&mut c, strategy, &router)?;
+    if s.backward {
+        // The output's gradient is there once the forward has ended on the rank.
+        let start: Vec<Vec<OpId>> = (0..n).map(|r| c.ends(r)).collect();
+        c.phase = "bwd";
+        pass(&mut c, strategy, &start)?;
+        // The weight gradients last: they feed no message, so they fill the time the last
+        // gradients travel (sequential runs them before its final all-to-all instead).
+        if strategy != Strategy::Sequential {
+            for r in 0..n {
+                c.wgrads(r, n as u64 * s.rows_to(r, s.tokens))?;
+            }
+        }
     }
     Ok(c.b.finish()?)
+}
+
+/// The model FLOPs of one forward (router, routed experts, shared experts) over `tokens`.
+fn forward_flops(s: &MoeShape, tokens: f64) -> f64 {
+    let h = s.hidden as f64;
+    2.0 * tokens * h * s.experts as f64
+        + 2.0 * tokens * s.top_k as f64 * h * (s.expert_fc1 + s.expert_ffn) as f64
+        + 2.0 * tokens * h * (s.shared_fc1 + s.shared_ffn) as f64
+}
+
+/// One pass (the context's phase) under `strategy`, each rank starting after `start[r]`.
+fn pass(c: &mut Ctx, strategy: Strategy, start: &[Vec<OpId>]) -> Result<(), StrategyError> {
+    match strategy {
+        Strategy::Sequential => sequential(c, start),
+        Strategy::Chunked(k) => chunked(c, start, k as u64),
+        Strategy::FlashEp(g) => flash_ep(c, start, g as usize),
+        Strategy::Flash => flash_ep(c, start, 1),
+        _ => unreachable!("check refused it"),
+    }
+}
+
+/// The sites of a pass's two all-to-alls: rows to the experts, then back. In the
+/// forward the dispatch and the combine; in the backward the combine's backward (the
+/// output gradients to the experts) and the dispatch's (the input gradients back).
+fn in_out_sites(c: &mut Ctx) -> (u16, u16) {
+    if c.phase == "bwd" {
+        (c.site("combine"), c.site("dispatch"))
+    } else {
+        (c.site("dispatch"), c.site("combine"))
+    }
 }
 
 fn sequential(c: &mut Ctx, router: &[Vec<OpId>]) -> Result<(), StrategyError> {
@@ -413,7 +540,7 @@ fn sequential(c: &mut Ctx, router: &[Vec<OpId>]) -> Result<(), StrategyError> {
     let s = c.s;
     let t = s.tokens;
     let rows = |src: usize, dst: usize| if src == dst { 0 } else { s.rows_to(dst, t) };
-    let (dsite, csite) = (c.b.site("dispatch"), c.b.site("combine"));
+    let (dsite, csite) = in_out_sites(c);
     let streams = c.st.dispatch.clone();
     let got = c.all_to_all(dsite, &streams, &rows, router, false)?;
     let mut outs = Vec::with_capacity(n);
@@ -421,11 +548,13 @@ fn sequential(c: &mut Ctx, router: &[Vec<OpId>]) -> Result<(), StrategyError> {
         // Every row routed here, its own included.
         let mine: u64 = (0..n).map(|_| s.rows_to(r, t)).sum();
         let deps: Vec<OpId> = g.iter().copied().chain(router[r].clone()).collect();
-        outs.push(
-            c.ffn(r, false, mine, 0, &deps)?
-                .into_iter()
-                .collect::<Vec<_>>(),
-        );
+        let mut out: Vec<OpId> = c.ffn(r, false, mine, 0, &deps)?.into_iter().collect();
+        if c.phase == "bwd" {
+            // Nothing overlaps: the weight gradients before the gradients go back.
+            c.wgrads(r, mine)?;
+            out.extend(c.last[c.st.compute[r] as usize]);
+        }
+        outs.push(out);
     }
     let back = |src: usize, dst: usize| rows(dst, src);
     let done = c.all_to_all(csite, &streams, &back, &outs, true)?;
@@ -442,7 +571,7 @@ fn chunked(c: &mut Ctx, router: &[Vec<OpId>], k: u64) -> Result<(), StrategyErro
     let t = s.tokens / k;
     let rows = |src: usize, dst: usize| if src == dst { 0 } else { s.rows_to(dst, t) };
     let back = |src: usize, dst: usize| rows(dst, src);
-    let (dsite, csite) = (c.b.site("dispatch"), c.b.site("combine"));
+    let (dsite, csite) = in_out_sites(c);
     let (dstreams, cstreams) = (c.st.dispatch.clone(), c.st.combine.clone());
     // The shared experts first, beside the first chunk's dispatch.
     for (r, deps) in router.iter().enumerate() {
@@ -471,7 +600,7 @@ fn flash_ep(c: &mut Ctx, router: &[Vec<OpId>], group: usize) -> Result<(), Strat
     let t = s.tokens;
     let rows = |src: usize, dst: usize| if src == dst { 0 } else { s.rows_to(dst, t) };
     let back = |src: usize, dst: usize| rows(dst, src);
-    let (dsite, csite) = (c.b.site("dispatch"), c.b.site("combine"));
+    let (dsite, csite) = in_out_sites(c);
     let (dstreams, cstreams) = (c.st.dispatch.clone(), c.st.combine.clone());
     // The dispatch: one P2P call per step, each after the router; `arrived[i][r]`: the
     // recv of step i on rank r.

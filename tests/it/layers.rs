@@ -919,6 +919,7 @@ fn a_moe_block_with_compute_free_is_its_communication_critical_path() {
         sc.workload = Workload::Moe;
         sc.parallel.tp = 1;
         sc.parallel.ep = ep;
+        sc.forward_only = true;
         sc.batch = 1;
         sc.seq = 2048;
         sc.interference = false;

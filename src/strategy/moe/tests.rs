@@ -31,6 +31,8 @@ fn scenario(model: &str, ep: u64, gbps: f64, tokens: u64, routing: Routing) -> S
     sc.seq = tokens;
     sc.interference = false;
     sc.routing = routing;
+    // The closed forms are the forward's.
+    sc.forward_only = true;
     sc.hardware.topology = Topology::nvswitch(
         "t",
         ep,
@@ -247,4 +249,52 @@ fn strategies_outside_the_moe_set_are_refused() {
         (a.op_count(), a.bytes_sent()),
         (b.op_count(), b.bytes_sent())
     );
+}
+
+/// The backward with free links: after the forward, flash-ep runs the shared experts'
+/// dgrads, each source's dgrad chain (FC2 dgrad, activation, FC1 dgrad) and the own
+/// rows', then every weight gradient; sequential the routed dgrads over every row, the
+/// weight gradients, then the shared experts' dgrads.
+#[test]
+fn the_backward_is_dgrads_then_wgrads() {
+    let mut sc = scenario("deepseek-v3", 8, 100.0, 2048, Routing::Uniform);
+    sc.forward_only = false;
+    free(&mut sc);
+    let s = MoeShape::of(&sc).unwrap();
+    assert!(s.backward);
+    let g = &sc.hardware.gpu;
+    let d = s.dtype;
+    let elt = d.bytes();
+    let per = s.rows_to(0, s.tokens);
+    let e = s.local_experts();
+    let dgrad = |rows: u64, shared: bool| {
+        let (groups, m, fc1, ffn) = if shared {
+            (1, rows, s.shared_fc1, s.shared_ffn)
+        } else {
+            (e, rows.div_ceil(e), s.expert_fc1, s.expert_ffn)
+        };
+        grouped_gemm_time(g, groups, m, ffn, s.hidden, d).unwrap()
+            + elementwise_time(g, groups * m * (2 * fc1 + ffn) * elt)
+            + grouped_gemm_time(g, groups, m, s.hidden, fc1, d).unwrap()
+    };
+    let t = s.tokens;
+    let m = (8 * per).div_ceil(e);
+    let wgrads = grouped_gemm_time(g, e, s.expert_ffn, s.hidden, m, d).unwrap()
+        + grouped_gemm_time(g, e, s.hidden, s.expert_fc1, m, d).unwrap()
+        + gemm_time(g, s.shared_ffn, s.hidden, t, d).unwrap()
+        + gemm_time(g, s.hidden, s.shared_fc1, t, d).unwrap()
+        + gemm_time(g, t, s.hidden, s.experts, d).unwrap()
+        + gemm_time(g, s.experts, s.hidden, t, d).unwrap();
+    let fwd_flash = router(g, &s) + ffn(g, &s, t, true) + 8.0 * ffn(g, &s, per, false);
+    let (flash, _) = makespan(&sc, Strategy::FlashEp(1));
+    let bwd_flash = dgrad(t, true) + 8.0 * dgrad(per, false) + wgrads;
+    close(
+        flash,
+        fwd_flash + bwd_flash,
+        "flash-ep forward and backward",
+    );
+    let fwd_seq = router(g, &s) + ffn(g, &s, 8 * per, false) + ffn(g, &s, t, true);
+    let (seq, _) = makespan(&sc, Strategy::Sequential);
+    let bwd_seq = dgrad(8 * per, false) + wgrads + dgrad(t, true);
+    close(seq, fwd_seq + bwd_seq, "sequential forward and backward");
 }

@@ -890,10 +890,11 @@ impl Clocks {
     }
 
     /// `auto`: training's clocks (sustained) for the workloads a training step is made
-    /// of (`layer`, `step`, `attention`) where the GPU's profile gives the sustained figure; burst
+    /// of (`layer`, `step`, `attention`, `moe`) where the GPU's profile gives the sustained figure; burst
     /// otherwise (the site workloads are what short validation runs time).
     pub fn auto(workload: Workload, gpu: &GpuSpec) -> Clocks {
-        if workload.is_layered() && gpu.sustained_gemm_slowdown.is_some() {
+        let training = workload.is_layered() || workload == Workload::Moe;
+        if training && gpu.sustained_gemm_slowdown.is_some() {
             Clocks::Sustained
         } else {
             Clocks::Burst

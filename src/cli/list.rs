@@ -20,7 +20,22 @@ pub fn run() -> Result<(), CliError> {
                         m.kv_heads,
                         m.layers,
                         m.activation.name()
-                    )
+                    ) + &m
+                        .moe
+                        .map(|e| {
+                            format!(
+                                "; {} experts {} wide, top-{}{}",
+                                e.experts,
+                                e.expert_ffn,
+                                e.top_k,
+                                if e.shared_ffn > 0 {
+                                    format!(", shared {} wide", e.shared_ffn)
+                                } else {
+                                    String::new()
+                                }
+                            )
+                        })
+                        .unwrap_or_default()
                 }),
                 PresetKind::Hardware => config::load_hardware(p.name, None)
                     .map(|h| format!("{}: {}", h.gpu.name, h.topology)),

@@ -62,21 +62,36 @@ pub fn gemm_cost(
     k: u64,
     dtype: DType,
 ) -> Result<GemmCost, CostError> {
+    grouped_gemm_cost(gpu, 1, m, n, k, dtype)
+}
+
+/// [`gemm_cost`] of `groups` problems of one shape in one kernel (see
+/// [`grouped_gemm_time`]); the measured/model ratio is one problem's.
+fn grouped_gemm_cost(
+    gpu: &GpuSpec,
+    groups: u64,
+    m: u64,
+    n: u64,
+    k: u64,
+    dtype: DType,
+) -> Result<GemmCost, CostError> {
     let peak = peak(gpu, dtype)?;
-    let mut c = model_cost(gpu, peak, m, n, k, dtype);
+    let mut c = model_cost_on(gpu, gpu.sm_count, peak, groups, m, n, k, dtype);
     if c.total > 0.0 && !gpu.gemm.measured.is_empty() {
         let (correction, exact) = measured_correction(gpu, peak, m, n, k, dtype);
         c.correction = correction;
         // Interpolated time per FLOP carried far below the measured shapes would give a
         // tiny GEMM less than a launch: no GEMM but a measured one beats its launch plus
         // the roofline.
-        let bytes = (m as f64 * k as f64 + k as f64 * n as f64 + m as f64 * n as f64)
+        let g = groups as f64;
+        let bytes = g
+            * (m as f64 * k as f64 + k as f64 * n as f64 + m as f64 * n as f64)
             * dtype.bytes() as f64;
         let floor = if exact {
             0.0
         } else {
             gpu.gemm.launch
-                + (gemm_flops(m, n, k) / peak)
+                + (g * gemm_flops(m, n, k) / peak)
                     .max(bytes / (gpu.hbm_bandwidth * gpu.gemm.memory_efficiency))
         };
         let total = (c.total * c.correction).max(floor);
@@ -96,7 +111,7 @@ fn model_cost(gpu: &GpuSpec, peak: f64, m: u64, n: u64, k: u64, dtype: DType) ->
 /// partial wave is filled by the next expert's tiles, the last wave of all is partial),
 /// each problem's A, B and C through HBM once, one launch; no split-K or stream-K. With
 /// measured GEMMs, the measured/model ratio at one problem's shape scales it, above the
-/// launch + roofline floor. `groups` ≤ 1 is [`gemm_time`].
+/// launch + roofline floor (as [`gemm_cost`]). `groups` ≤ 1 is [`gemm_time`].
 pub fn grouped_gemm_time(
     gpu: &GpuSpec,
     groups: u64,
@@ -105,23 +120,7 @@ pub fn grouped_gemm_time(
     k: u64,
     dtype: DType,
 ) -> Result<f64, CostError> {
-    if groups <= 1 {
-        return gemm_time(gpu, m, n, k, dtype);
-    }
-    let peak = peak(gpu, dtype)?;
-    let c = model_cost_on(gpu, gpu.sm_count, peak, groups, m, n, k, dtype);
-    if c.total <= 0.0 || gpu.gemm.measured.is_empty() {
-        return Ok(c.total);
-    }
-    let (correction, _) = measured_correction(gpu, peak, m, n, k, dtype);
-    let g = groups as f64;
-    let bytes = g
-        * (m as f64 * k as f64 + k as f64 * n as f64 + m as f64 * n as f64)
-        * dtype.bytes() as f64;
-    let floor = gpu.gemm.launch
-        + (g * gemm_flops(m, n, k) / peak)
-            .max(bytes / (gpu.hbm_bandwidth * gpu.gemm.memory_efficiency));
-    Ok((c.total * correction).max(floor))
+    grouped_gemm_cost(gpu, groups.max(1), m, n, k, dtype).map(|c| c.total)
 }
 
 /// How many times longer a GEMM takes when only `sms` of the GPU's SMs are free for it

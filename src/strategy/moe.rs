@@ -43,7 +43,7 @@
 //! spread evenly over its experts (one grouped GEMM of `experts / ep` problems).
 
 use super::StrategyError;
-use crate::plan::{OpId, OpKind, OpTag, Plan, PlanBuilder, StreamId, StreamKind};
+use crate::plan::{LaunchId, OpId, OpKind, OpTag, Plan, PlanBuilder, StreamId, StreamKind};
 use crate::scenario::{DType, Model, Routing, Scenario, Strategy};
 
 /// A MoE block as the builder needs it.
@@ -316,6 +316,37 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// A send (`recv` None) or a recv (`Some(accumulate)`) of `rows` rows with `peer` in
+    /// launch `l` on `stream`, noted as the stream's last op.
+    #[allow(clippy::too_many_arguments)]
+    fn transfer(
+        &mut self,
+        (l, stream): (LaunchId, StreamId),
+        peer: usize,
+        rows: u64,
+        msg: u64,
+        recv: Option<bool>,
+        deps: &[OpId],
+        tg: OpTag,
+    ) -> Result<OpId, StrategyError> {
+        let (peer, bytes) = (peer as u32, rows * self.s.row_bytes());
+        let kind = match recv {
+            None => OpKind::Send {
+                peer,
+                bytes,
+                tag: msg,
+            },
+            Some(accumulate) => OpKind::Recv {
+                peer,
+                bytes,
+                tag: msg,
+                accumulate,
+            },
+        };
+        let op = self.b.add(l, kind, deps, tg)?;
+        Ok(self.note(stream, op))
+    }
+
     /// One step of an exchange over every rank: rank j sends `rows(j, j + i)` rows to
     /// j + i and receives `rows(j − i, j)` from j − i (`reverse`: to j − i, from j + i),
     /// on `stream[j]`, its send after `deps[j]`; `combine`: the received rows are reduced
@@ -332,7 +363,6 @@ impl Ctx<'_> {
         (combine, reverse): (bool, bool),
     ) -> Result<Vec<Option<OpId>>, StrategyError> {
         let n = self.n();
-        let rb = self.s.row_bytes();
         let tags: Vec<u64> = (0..n).map(|_| self.b.msg_tag()).collect();
         let mut out = vec![None; n];
         for j in 0..n {
@@ -347,25 +377,21 @@ impl Ctx<'_> {
             }
             let l = self.b.launch(streams[j]);
             if out_rows > 0 {
-                let send = OpKind::Send {
-                    peer: to as u32,
-                    bytes: out_rows * rb,
-                    tag: tags[j],
-                };
-                let op = self
-                    .b
-                    .add(l, send, &deps[j], tag(site, i as u32, to as u32))?;
-                self.note(streams[j], op);
+                let tg = tag(site, i as u32, to as u32);
+                self.transfer((l, streams[j]), to, out_rows, tags[j], None, &deps[j], tg)?;
             }
             if in_rows > 0 {
-                let recv = OpKind::Recv {
-                    peer: from as u32,
-                    bytes: in_rows * rb,
-                    tag: tags[from],
-                    accumulate: combine,
-                };
-                let op = self.b.add(l, recv, &[], tag(site, i as u32, from as u32))?;
-                out[j] = Some(self.note(streams[j], op));
+                let tg = tag(site, i as u32, from as u32);
+                let recv = Some(combine);
+                out[j] = Some(self.transfer(
+                    (l, streams[j]),
+                    from,
+                    in_rows,
+                    tags[from],
+                    recv,
+                    &[],
+                    tg,
+                )?);
             }
         }
         Ok(out)
@@ -385,7 +411,6 @@ impl Ctx<'_> {
         combine: bool,
     ) -> Result<Vec<Option<OpId>>, StrategyError> {
         let n = self.n();
-        let rb = self.s.row_bytes();
         // tags[src][dst]
         let tags: Vec<Vec<u64>> = (0..n)
             .map(|_| (0..n).map(|_| self.b.msg_tag()).collect())
@@ -401,29 +426,27 @@ impl Ctx<'_> {
                 let to = (j + i) % n;
                 let out_rows = rows(j, to);
                 if out_rows > 0 {
-                    let send = OpKind::Send {
-                        peer: to as u32,
-                        bytes: out_rows * rb,
-                        tag: tags[j][to],
-                    };
-                    let op = self
-                        .b
-                        .add(l, send, &first[j], tag(site, i as u32, to as u32))?;
-                    self.note(streams[j], op);
+                    let tg = tag(site, i as u32, to as u32);
+                    self.transfer(
+                        (l, streams[j]),
+                        to,
+                        out_rows,
+                        tags[j][to],
+                        None,
+                        &first[j],
+                        tg,
+                    )?;
                 }
             }
             for i in 1..n {
                 let from = (j + n - i) % n;
                 let in_rows = rows(from, j);
                 if in_rows > 0 {
-                    let recv = OpKind::Recv {
-                        peer: from as u32,
-                        bytes: in_rows * rb,
-                        tag: tags[from][j],
-                        accumulate: combine,
-                    };
-                    let op = self.b.add(l, recv, &[], tag(site, i as u32, from as u32))?;
-                    last[j] = Some(self.note(streams[j], op));
+                    let tg = tag(site, i as u32, from as u32);
+                    let recv = Some(combine);
+                    let msg = tags[from][j];
+                    last[j] =
+                        Some(self.transfer((l, streams[j]), from, in_rows, msg, recv, &[], tg)?);
                 }
             }
         }
@@ -470,16 +493,10 @@ pub fn build(s: &MoeShape, strategy: Strategy) -> Result<Plan, StrategyError> {
     let n = s.ep as usize;
     let mut b = PlanBuilder::new(s.ep).without_dataflow();
     let st = declare(&mut b, n, strategy != Strategy::Sequential);
-    // Model FLOPs over every rank: router, routed experts per routed row, shared experts.
-    let tokens = s.tokens as f64 * n as f64;
-    let h = s.hidden as f64;
-    b.add_model_flops(2.0 * tokens * h * s.experts as f64);
-    b.add_model_flops(2.0 * tokens * s.top_k as f64 * h * (s.expert_fc1 + s.expert_ffn) as f64);
-    b.add_model_flops(2.0 * tokens * h * (s.shared_fc1 + s.shared_ffn) as f64);
-    if s.backward {
-        // Every GEMM again for the input gradients and once more for the weights'.
-        b.add_model_flops(2.0 * forward_flops(s, tokens));
-    }
+    // Model FLOPs over every rank; the backward runs every GEMM again for the input
+    // gradients and once more for the weights'.
+    let passes = if s.backward { 3.0 } else { 1.0 };
+    b.add_model_flops(passes * forward_flops(s, s.tokens as f64 * n as f64));
     let mut c = Ctx {
         b,
         s,
@@ -546,7 +563,7 @@ fn sequential(c: &mut Ctx, router: &[Vec<OpId>]) -> Result<(), StrategyError> {
     let mut outs = Vec::with_capacity(n);
     for (r, g) in got.iter().enumerate() {
         // Every row routed here, its own included.
-        let mine: u64 = (0..n).map(|_| s.rows_to(r, t)).sum();
+        let mine = n as u64 * s.rows_to(r, t);
         let deps: Vec<OpId> = g.iter().copied().chain(router[r].clone()).collect();
         let mut out: Vec<OpId> = c.ffn(r, false, mine, 0, &deps)?.into_iter().collect();
         if c.phase == "bwd" {
@@ -581,7 +598,7 @@ fn chunked(c: &mut Ctx, router: &[Vec<OpId>], k: u64) -> Result<(), StrategyErro
         let got = c.all_to_all(dsite, &dstreams, &rows, router, false)?;
         let mut outs = Vec::with_capacity(n);
         for (r, g) in got.iter().enumerate() {
-            let mine: u64 = (0..n).map(|_| s.rows_to(r, t)).sum();
+            let mine = n as u64 * s.rows_to(r, t);
             let deps: Vec<OpId> = g.iter().copied().collect();
             outs.push(
                 c.ffn(r, false, mine, chunk as u32, &deps)?

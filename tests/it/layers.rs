@@ -114,6 +114,18 @@ fn critical_path(plan: &Plan, gpu: &GpuSpec, topo: &Topology, link: f64) -> f64 
     }
 }
 
+/// Compute that takes no time: unbounded FLOP/s and HBM, no launch or split-K cost, no
+/// per-SM load bound, no measured GEMMs.
+fn make_compute_free(g: &mut GpuSpec) {
+    g.peak_flops = [Some(1e30); 4];
+    g.hbm_bandwidth = 1e30;
+    g.gemm.launch = 0.0;
+    g.gemm.split_launch = 0.0;
+    g.gemm.sm_load_bandwidth = None;
+    g.gemm.measured.clear();
+    g.elementwise.launch = 0.0;
+}
+
 fn scenario_u(workload: Workload, gbps: f64, free_compute: bool, dp: u64, u: u64) -> Scenario {
     let mut sc = config::load_scenario("default").unwrap();
     sc.model = config::load_model("llama-3-8b", None).unwrap();
@@ -140,14 +152,7 @@ fn scenario_u(workload: Workload, gbps: f64, free_compute: bool, dp: u64, u: u64
     )
     .unwrap();
     if free_compute {
-        let g = &mut sc.hardware.gpu;
-        g.peak_flops = [Some(1e30); 4];
-        g.hbm_bandwidth = 1e30;
-        g.gemm.launch = 0.0;
-        g.gemm.split_launch = 0.0;
-        g.gemm.sm_load_bandwidth = None;
-        g.gemm.measured.clear();
-        g.elementwise.launch = 0.0;
+        make_compute_free(&mut sc.hardware.gpu);
     }
     sc
 }
@@ -934,14 +939,7 @@ fn a_moe_block_with_compute_free_is_its_communication_critical_path() {
             },
         )
         .unwrap();
-        let g = &mut sc.hardware.gpu;
-        g.peak_flops = [Some(1e30); 4];
-        g.hbm_bandwidth = 1e30;
-        g.gemm.launch = 0.0;
-        g.gemm.split_launch = 0.0;
-        g.gemm.sm_load_bandwidth = None;
-        g.gemm.measured.clear();
-        g.elementwise.launch = 0.0;
+        make_compute_free(&mut sc.hardware.gpu);
         for s in [Strategy::Sequential, Strategy::FlashEp(1)] {
             let r = run_strategy(&sc, s, &opts()).unwrap();
             let want = critical_path(&r.plan, &sc.hardware.gpu, &sc.hardware.topology, gbps * 1e9);

@@ -18,7 +18,14 @@ FO_DEFAULT_LIMIT_S=560
 . "$(dirname "$0")/device-common.sh"
 stamp() { echo "== [$(date +%T)] $*"; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version,power.limit --format=csv
-HW=hardware-profiles/measured/h200-measured.toml
+# FO_HW=PROFILE validates against PROFILE (a checked-in calibration of another GPU).
+HW=${FO_HW:-hardware-profiles/measured/h200-measured.toml}
+GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+# A card that is not an H200 (the kind may lend an H100) has no checked-in calibration
+# unless FO_HW names one: calibrate it on the H100 preset.
+if [ -z "${FO_HW:-}" ] && [ -z "${FO_BASE:-}" ] && [[ "$GPU" != *H200* ]]; then
+  FO_BASE=h100-sxm-8
+fi
 if [ -n "${FO_CLOCKS:-}" ]; then
   stamp "clock settling (PyTorch GEMMs, nvidia-smi sampling)"
   /opt/torch/.venv/bin/python scripts/device-h200-clocks.py "$R/clocks" | tail -n 1

@@ -48,7 +48,9 @@ pub fn run_strategy(
     let max_ops = usize::try_from(opts.max_events).unwrap_or(usize::MAX);
     let plan = strategy::build_limited(sc, sc.workload, strategy, symmetric, max_ops).map_err(
         |source| match source {
-            StrategyError::Plan(crate::plan::PlanError::TooLarge { limit }) if limit == max_ops => {
+            StrategyError::Plan(crate::plan::PlanError::TooLarge { limit, .. })
+                if limit == max_ops =>
+            {
                 RunError::Sim {
                     strategy: name.clone(),
                     source: SimError::EventBudget {

@@ -44,6 +44,9 @@ pub enum Error {
     OutOfMemory(#[from] crate::memory::OutOfMemory),
     #[error(transparent)]
     Run(#[from] RunError),
+    /// Work over the budget, known before it starts: what it would take and the limit.
+    #[error("{0}")]
+    OverBudget(String),
 }
 
 /// The scenario `scenario` names with `overrides` applied (`label(key)`: where a key was
@@ -75,6 +78,17 @@ pub fn run(sc: Scenario, opts: &Options) -> Result<Simulation, Error> {
     };
     let mut run = simulate::run_scenario(&sc, &sim)?;
     if let Some((p, n, seed)) = &opts.samples {
+        // The samples' work is known before they start: each takes as many events as its
+        // strategy's run did (jitter moves times, not the plan).
+        let per: u64 = run.runs.iter().map(|r| r.events).sum();
+        let total = per.saturating_mul(*n);
+        if total > opts.max_events {
+            return Err(Error::OverBudget(format!(
+                "--samples {n}: about {total} events ({n} samples × {per} events for {} strategies), over the budget of {} (raise --max-events or take fewer samples)",
+                run.runs.len(),
+                opts.max_events
+            )));
+        }
         run.sampling = Some(simulate::sample_scenario(&sc, &sim, p, *n, *seed)?);
     }
     Ok(Simulation { scenario: sc, run })

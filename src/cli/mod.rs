@@ -35,6 +35,10 @@ pub mod exit {
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Memory a plan may take, in GiB, estimated before it is built at 128 B per op;
+    /// a scenario over it is refused (exit 2) with its estimate
+    #[arg(long, global = true, value_name = "GIB", default_value_t = crate::plan::DEFAULT_MEMORY_GIB)]
+    pub max_memory: f64,
 }
 
 #[derive(Debug, Subcommand)]
@@ -97,6 +101,21 @@ pub fn stdout(text: &str) -> Result<(), CliError> {
             path: "standard output".into(),
             source,
         })),
+    }
+}
+
+/// The most worker threads `--threads` may ask for: more than any machine's cores, few
+/// enough that starting them costs nothing noticeable (each takes a stack).
+pub const MAX_THREADS: i64 = 1024;
+
+/// `--threads` checked: 1 to [`MAX_THREADS`]; absent, 0 (one per core).
+pub fn threads(n: Option<i64>) -> Result<usize, CliError> {
+    match n {
+        None => Ok(0),
+        Some(n) if (1..=MAX_THREADS).contains(&n) => Ok(n as usize),
+        Some(n) => Err(CliError::input(format!(
+            "--threads: {n} is not in 1..{MAX_THREADS}"
+        ))),
     }
 }
 
@@ -173,19 +192,45 @@ pub fn command() -> clap::Command {
 }
 
 pub fn main() -> ExitCode {
-    use clap::FromArgMatches;
-    let parsed = command()
-        .try_get_matches()
-        .and_then(|m| Cli::from_arg_matches(&m));
-    let cli = match parsed {
-        Ok(c) => c,
+    match dispatch(std::env::args_os()) {
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let code = if e.use_stderr() { exit::INPUT } else { 0 };
-            let _ = e.print();
-            return ExitCode::from(code);
+            // clap's own errors (and help and version, exit 0) print as clap formats them.
+            if let Some(c) = e.error.downcast_ref::<clap::Error>() {
+                let _ = c.print();
+            } else {
+                eprint!("{}", error_text(&*e.error));
+            }
+            ExitCode::from(e.code)
         }
-    };
-    let r = match cli.command {
+    }
+}
+
+/// Parse `args` (the program name first) and run the subcommand, in this process: what
+/// [`main`] does short of printing the error, and what the `cli_args` fuzz target drives.
+/// A parse error, help or version comes back as a [`clap::Error`] inside the
+/// [`CliError`] (help and version with code 0).
+pub fn dispatch<I, T>(args: I) -> Result<(), CliError>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    use clap::FromArgMatches;
+    let cli = command()
+        .try_get_matches_from(args)
+        .and_then(|m| Cli::from_arg_matches(&m))
+        .map_err(|e| CliError {
+            code: if e.use_stderr() { exit::INPUT } else { 0 },
+            error: Box::new(e),
+        })?;
+    if !(cli.max_memory.is_finite() && cli.max_memory > 0.0 && cli.max_memory <= 1e6) {
+        return Err(CliError::input(format!(
+            "--max-memory: {} is not a size in GiB in (0, 1e6]",
+            cli.max_memory
+        )));
+    }
+    crate::plan::set_memory_limit((cli.max_memory * (1u64 << 30) as f64) as u64);
+    match cli.command {
         Command::Simulate(a) => simulate::run(*a),
         Command::List => list::run(),
         Command::Bench(a) => bench::run(a),
@@ -197,13 +242,6 @@ pub fn main() -> ExitCode {
         Command::Sweep(a) => sweep::run(*a),
         Command::Search(a) => search::run(*a),
         Command::Plot(a) => plot::run(a),
-    };
-    match r {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprint!("{}", error_text(&*e.error));
-            ExitCode::from(e.code)
-        }
     }
 }
 

@@ -221,11 +221,7 @@ fn request(a: &RunArgs) -> Result<app::Request, CliError> {
     r.exact = a.exact;
     r.verify = a.verify;
     r.top = a.top;
-    r.threads = match a.threads {
-        Some(n) if n < 1 => return Err(CliError::input("--threads must be at least 1")),
-        Some(n) => n as usize,
-        None => 0,
-    };
+    r.threads = super::threads(a.threads)?;
     r.shard = a
         .shard
         .as_deref()

@@ -285,11 +285,7 @@ fn run_sweep(a: RunArgs) -> Result<(), CliError> {
         .map(Shard::parse)
         .transpose()
         .map_err(|e| CliError::input(format!("--shard: {e}")))?;
-    let threads = match a.threads {
-        Some(n) if n < 1 => return Err(CliError::input("--threads must be at least 1")),
-        Some(n) => n as usize,
-        None => 0,
-    };
+    let threads = super::threads(a.threads)?;
     let req = app::Request {
         spec,
         shard,

@@ -952,9 +952,10 @@ pub fn build_with(spec: &CollectiveSpec, shift: Option<u32>) -> Result<Plan, Col
     };
     let held = shift.unwrap_or(spec.ranks);
     let ops = ops / n * held as u64;
-    if ops > crate::plan::DEFAULT_OP_LIMIT as u64 {
+    if ops > crate::plan::op_limit() as u64 {
         return Err(PlanError::TooLarge {
-            limit: crate::plan::DEFAULT_OP_LIMIT,
+            limit: crate::plan::op_limit(),
+            need: Some(ops),
         }
         .into());
     }

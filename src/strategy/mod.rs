@@ -137,13 +137,7 @@ pub fn build_with(
     strategy: Strategy,
     symmetric: bool,
 ) -> Result<Plan, StrategyError> {
-    build_limited(
-        sc,
-        workload,
-        strategy,
-        symmetric,
-        crate::plan::DEFAULT_OP_LIMIT,
-    )
+    build_limited(sc, workload, strategy, symmetric, crate::plan::op_limit())
 }
 
 /// [`build_with`], refusing (with [`crate::plan::PlanError::TooLarge`]) a layer or step
@@ -254,13 +248,7 @@ fn mlp_plan(
         }
         Workload::Moe => return moe::build(&moe::MoeShape::of(sc)?, strategy),
         Workload::Layer | Workload::Step | Workload::Attention => {
-            return layer_plan(
-                sc,
-                workload,
-                strategy,
-                symmetric,
-                crate::plan::DEFAULT_OP_LIMIT,
-            );
+            return layer_plan(sc, workload, strategy, symmetric, crate::plan::op_limit());
         }
         Workload::Mlp => {
             b.add_model_flops(crate::cost::gemm_flops(m, shape.fc1_width, h));

@@ -72,6 +72,10 @@ pub enum TimelineFileError {
     Version { found: u32 },
     #[error("key `{key}`: invalid value `{value}`")]
     Invalid { key: String, value: String },
+    #[error(
+        "key `ranks`: {ranks} ranks is more than a timeline may hold ({max}, the most devices a topology may have)"
+    )]
+    TooManyRanks { ranks: u32, max: u64 },
 }
 
 fn kind_name(k: StreamKind) -> &'static str {
@@ -153,6 +157,14 @@ impl TryFrom<TimelineFile> for Timeline {
             "measured" => Source::Measured,
             other => return Err(bad("source".into(), other.into())),
         };
+        // Metrics hold a row per rank: a header's rank count is bounded before it sizes them.
+        let max = crate::topology::MAX_DEVICES;
+        if u64::from(f.ranks) > max {
+            return Err(TimelineFileError::TooManyRanks {
+                ranks: f.ranks,
+                max,
+            });
+        }
         let mut streams = Vec::with_capacity(f.streams.len());
         for (i, s) in f.streams.into_iter().enumerate() {
             let kind = match s.kind.as_str() {

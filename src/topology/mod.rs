@@ -7,7 +7,7 @@ mod nccl_xml;
 mod route;
 mod symmetry;
 
-pub use builders::{LinkSpec, PcieTreeSpec, RailFatTreeSpec};
+pub use builders::{LinkSpec, MAX_DEVICES, PcieTreeSpec, RailFatTreeSpec};
 pub use nccl_xml::{NcclXmlError, from_nccl_xml};
 pub use route::{Route, Router};
 pub use symmetry::{LinkOrbits, Rotation};

@@ -1,7 +1,6 @@
 //! Each bad input gives one clear message naming the file, key and value, a non-zero exit
 //! code, and no panic.
 
-use super::cli::bin;
 use std::path::Path;
 
 struct Case {
@@ -214,6 +213,11 @@ fn cases(d: &Path) -> Vec<Case> {
         d,
         "plan-big.toml",
         "version = 1\n[[op]]\nrank = 99\nkind = \"copy\"\nbytes = 64\n",
+    );
+    let timeline_huge = write(
+        d,
+        "timeline-huge.json",
+        r#"{"format":"flashoverlap-timeline","version":1,"source":"predicted","scenario":"s","strategy":"flash","ranks":4000000000,"peak_flops":1.0,"model_flops":1.0,"streams":[],"links":[],"spans":[]}"#,
     );
     vec![
         Case {
@@ -1020,6 +1024,62 @@ fn cases(d: &Path) -> Vec<Case> {
             says: vec![s("--non-causal"), s("causal"), s("ag-gemm")],
         },
         Case {
+            name: "sweep: more threads than any machine has cores",
+            args: swp(&[
+                "--threads",
+                "100000",
+                "--set",
+                "batch=1,2",
+                "--out",
+                &d.join("threads").display().to_string(),
+            ]),
+            code: 2,
+            says: vec![s("--threads"), s("100000"), s("1..1024")],
+        },
+        Case {
+            name: "jittered samples over the event budget",
+            args: sim(&["--samples", "1000000000", "--compute-jitter", "0.1"]),
+            code: 2,
+            says: vec![s("--samples 1000000000"), s("events"), s("--max-events")],
+        },
+        Case {
+            name: "collective: a plan over the memory limit",
+            args: coll(&[
+                "--hardware",
+                "ring-50gib",
+                "--gpus",
+                "4096",
+                "--op",
+                "all-reduce",
+                "--sizes",
+                "1GiB",
+                "--chunks",
+                "4",
+                "--symmetry",
+                "off",
+            ]),
+            code: 2,
+            says: vec![s("268369920 ops"), s("32.0 GiB"), s("--max-memory")],
+        },
+        Case {
+            name: "a memory limit that is not a size",
+            args: sim(&["--max-memory", "0"]),
+            code: 2,
+            says: vec![s("--max-memory"), s("0")],
+        },
+        Case {
+            name: "timeline whose header claims billions of ranks",
+            args: vec![
+                s("plot"),
+                s("timeline"),
+                timeline_huge.clone(),
+                s("--out"),
+                d.join("huge.svg").display().to_string(),
+            ],
+            code: 2,
+            says: vec![timeline_huge.clone(), s("`ranks`"), s("4000000000")],
+        },
+        Case {
             name: "unwritable trace path",
             args: sim(&["--trace", "/nonexistent-dir/t.json"]),
             code: 3,
@@ -1055,12 +1115,17 @@ fn every_bad_input_is_one_clear_error() {
     let dir = d.path().display().to_string();
     let mut rows = Vec::new();
     for c in cases(d.path()) {
-        let out = bin()
-            .args(&c.args)
-            .assert()
-            .code(c.code)
-            .get_output()
-            .clone();
+        // Under the memory and time caps: a case that regresses into an unbounded
+        // allocation or an endless run fails here by name.
+        let out = super::capped::run(c.name, &c.args);
+        assert_eq!(
+            out.code,
+            Some(c.code),
+            "{}: exit {:?}\n{}",
+            c.name,
+            out.code,
+            String::from_utf8_lossy(&out.stderr)
+        );
         let err = String::from_utf8(out.stderr).unwrap();
         assert!(!err.contains("panicked"), "{}: panicked\n{err}", c.name);
         assert!(err.starts_with("error: "), "{}: {err}", c.name);

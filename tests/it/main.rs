@@ -1,6 +1,7 @@
 //! Integration tests: one binary, data-driven where it fits.
 
 mod bad_input;
+mod capped;
 mod cli;
 mod gpu_cli;
 mod layers;

@@ -670,7 +670,7 @@ pub fn build(
     } else {
         PlanBuilder::new(world).without_dataflow()
     };
-    let mut b = b.with_op_limit(max_ops.min(crate::plan::DEFAULT_OP_LIMIT));
+    let mut b = b.with_op_limit(max_ops.min(crate::plan::op_limit()));
     let schedule = match (pp, s.pp_schedule) {
         (1, PpSchedule::GPipe) => PpSchedule::GPipe,
         (1, _) => PpSchedule::OneFOneB,

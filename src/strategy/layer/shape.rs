@@ -209,9 +209,10 @@ pub fn check_size(strategy: Strategy, s: &LayerShape, step: bool) -> Result<(), 
     });
     let mbs = if step { s.micro_batches } else { 1 };
     let ops = per_mb.saturating_mul(mbs).saturating_mul(n);
-    if ops > crate::plan::DEFAULT_OP_LIMIT as u64 {
+    if ops > crate::plan::op_limit() as u64 {
         return Err(crate::plan::PlanError::TooLarge {
-            limit: crate::plan::DEFAULT_OP_LIMIT,
+            limit: crate::plan::op_limit(),
+            need: Some(ops),
         }
         .into());
     }

@@ -4,6 +4,7 @@
 mod bench;
 mod calibrate;
 mod collective;
+pub mod fuzz;
 mod list;
 mod plot;
 mod run;
@@ -88,11 +89,22 @@ fn completions(shell: clap_complete::Shell) -> Result<(), CliError> {
     stdout(&String::from_utf8_lossy(&script))
 }
 
+static DISCARD_STDOUT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Drop what [`stdout`] is given (for a driver that runs [`dispatch`] many times in one
+/// process, as the `cli_args` fuzz target does); returns the previous setting.
+pub fn discard_stdout(on: bool) -> bool {
+    DISCARD_STDOUT.swap(on, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Write `text` to standard output: every subcommand's output goes through here. A
 /// reader that went away (`| head`) ends the output quietly, as it does for any Unix
 /// tool; any other failure (a full disk) is an output error (exit 3), not a panic.
 pub fn stdout(text: &str) -> Result<(), CliError> {
     use std::io::Write;
+    if DISCARD_STDOUT.load(std::sync::atomic::Ordering::Relaxed) {
+        return Ok(());
+    }
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Ok(()) => Ok(()),

@@ -214,6 +214,32 @@ fn cases(d: &Path) -> Vec<Case> {
         "plan-big.toml",
         "version = 1\n[[op]]\nrank = 99\nkind = \"copy\"\nbytes = 64\n",
     );
+    write(
+        d,
+        "deep-dump.xml",
+        &format!(
+            "<system version=\"1\">{}{}</system>\n",
+            "<pci busid=\"0:1\">".repeat(100_000),
+            "</pci>".repeat(100_000)
+        ),
+    );
+    let hw_xml_deep = write(
+        d,
+        "xml-deep.toml",
+        &format!("{HW}kind = \"nccl-xml\"\nfile = \"deep-dump.xml\"\n"),
+    );
+    let fifo = d.join("fifo.toml");
+    let made_fifo = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(made_fifo, "mkfifo failed: the FIFO case needs it");
+    let fifo = fifo.display().to_string();
+    let huge_line = write(
+        d,
+        "huge-line.toml",
+        &format!("model = \"{}\"\n", "x".repeat(17 << 20)),
+    );
     let timeline_huge = write(
         d,
         "timeline-huge.json",
@@ -1078,6 +1104,24 @@ fn cases(d: &Path) -> Vec<Case> {
             ],
             code: 2,
             says: vec![timeline_huge.clone(), s("`ranks`"), s("4000000000")],
+        },
+        Case {
+            name: "NCCL XML nested 100,000 levels deep",
+            args: coll(&["--hardware", &hw_xml_deep]),
+            code: 2,
+            says: vec![s("deep-dump.xml"), s("64")],
+        },
+        Case {
+            name: "a FIFO as a scenario file",
+            args: sim(&["--scenario", &fifo]),
+            code: 2,
+            says: vec![fifo.clone(), s("not a regular file")],
+        },
+        Case {
+            name: "a scenario file of one 17 MiB line",
+            args: sim(&["--scenario", &huge_line]),
+            code: 2,
+            says: vec![huge_line.clone(), s("16777216")],
         },
         Case {
             name: "unwritable trace path",

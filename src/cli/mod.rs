@@ -25,6 +25,8 @@ pub mod exit {
     pub const INPUT: u8 = 2;
     /// An output could not be written.
     pub const OUTPUT: u8 = 3;
+    /// This machine cannot run GPU work: built without `cuda`, no driver, library or GPU.
+    pub const UNAVAILABLE: u8 = 4;
 }
 
 #[derive(Debug, Parser)]
@@ -165,7 +167,16 @@ pub fn from_app(e: crate::app::Error) -> CliError {
     match e {
         Error::Input(e) => CliError::input(e),
         Error::Output(e) => CliError::output(e),
-        Error::Run(e) => CliError::run(e),
+        Error::Run(e) => {
+            // A GPU the machine does not have is not a failed run.
+            let gone = e
+                .downcast_ref::<crate::exec::gpu::GpuError>()
+                .is_some_and(|g| g.is_unavailable());
+            CliError {
+                code: if gone { exit::UNAVAILABLE } else { exit::RUN },
+                error: e,
+            }
+        }
     }
 }
 

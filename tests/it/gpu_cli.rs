@@ -350,8 +350,8 @@ fn calibrate_refits_saved_measurements_into_a_profile_the_simulator_reads() {
 #[test]
 fn gpu_commands_say_what_is_missing() {
     // Without the feature: CUDA was not compiled in. With it, on a machine without a GPU
-    // or libraries: the library or GPU that is missing. Either way one clear error, no
-    // panic.
+    // or libraries: the library or GPU that is missing. Either way one clear error, exit
+    // 4 (the machine cannot run it; 1 is a run that failed), no panic.
     for args in [
         &["run", "--tp", "2", "--batch", "1", "--seq", "1024"][..],
         &["calibrate", "--out", "/nonexistent-dir/x.toml"][..],
@@ -361,7 +361,9 @@ fn gpu_commands_say_what_is_missing() {
         let ok = err.contains("without the `cuda` feature")
             || err.contains("was not found")
             || err.contains("no CUDA GPU");
-        if !ok {
+        if ok {
+            assert_eq!(a.get_output().status.code(), Some(4), "{args:?}: {err}");
+        } else {
             // A GPU is present (a device machine): the command may fail for other
             // reasons (the out path), but it must not have panicked.
             assert!(!err.contains("panicked"), "{err}");

@@ -6,7 +6,7 @@ use super::{Calibration, GemmSample, GpuError, P2pCalibration};
 use flashoverlap_cuda as fc;
 
 fn cuda(e: fc::CudaError) -> GpuError {
-    GpuError::Cuda(e.to_string())
+    super::from_cuda(e)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

@@ -9,7 +9,7 @@ use flashoverlap_cuda as fc;
 const NONE: u32 = u32::MAX;
 
 fn cuda(e: fc::CudaError) -> GpuError {
-    GpuError::Cuda(e.to_string())
+    super::from_cuda(e)
 }
 
 /// A lowered plan.

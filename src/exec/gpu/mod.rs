@@ -28,6 +28,10 @@ pub enum GpuError {
          `cargo build --release --features cuda` to run on GPUs"
     )]
     NotCompiled,
+    /// No GPU this process can use: the driver or a CUDA library missing, no device,
+    /// fewer devices than the plan's ranks (the machine, not the run, is at fault).
+    #[error("{0}")]
+    Unavailable(String),
     #[error("the plan has no data flow (buffers and regions), so it cannot run for real")]
     NoDataflow,
     #[error("the plan's dtype is {0}; the GPU executor runs bf16 only")]
@@ -65,7 +69,7 @@ pub struct ProcessRank {
 pub fn nccl_unique_id() -> Result<[u8; 128], GpuError> {
     #[cfg(feature = "cuda")]
     {
-        flashoverlap_cuda::nccl_unique_id().map_err(|e| GpuError::Cuda(e.to_string()))
+        flashoverlap_cuda::nccl_unique_id().map_err(from_cuda)
     }
     #[cfg(not(feature = "cuda"))]
     {
@@ -250,11 +254,32 @@ pub struct GpuRun {
     pub settled: Option<Settled>,
 }
 
+impl GpuError {
+    /// Whether the machine cannot run GPU work at all (exit 4), as opposed to a run that
+    /// failed on it.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, GpuError::NotCompiled | GpuError::Unavailable(_))
+    }
+}
+
+/// A CUDA backend error as a [`GpuError`]: a missing library or GPU is
+/// [`GpuError::Unavailable`].
+#[cfg(feature = "cuda")]
+pub(crate) fn from_cuda(e: flashoverlap_cuda::CudaError) -> GpuError {
+    use flashoverlap_cuda::CudaError as C;
+    match e {
+        C::MissingLibrary { .. } | C::NoGpu(_) | C::TooFewGpus { .. } => {
+            GpuError::Unavailable(e.to_string())
+        }
+        e => GpuError::Cuda(e.to_string()),
+    }
+}
+
 /// Names of the visible GPUs (or why there are none).
 pub fn devices() -> Result<Vec<String>, GpuError> {
     #[cfg(feature = "cuda")]
     {
-        let d = flashoverlap_cuda::probe().map_err(|e| GpuError::Cuda(e.to_string()))?;
+        let d = flashoverlap_cuda::probe().map_err(from_cuda)?;
         Ok(d.into_iter()
             .map(|d| format!("{} ({} SMs)", d.name, d.sm_count))
             .collect())

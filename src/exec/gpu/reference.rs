@@ -12,7 +12,7 @@ use crate::scenario::{Activation, Workload};
 use flashoverlap_cuda as fc;
 
 fn cuda(e: fc::CudaError) -> GpuError {
-    GpuError::Cuda(e.to_string())
+    super::from_cuda(e)
 }
 
 fn find(plan: &Plan, name: &str, rank: u32) -> Result<(u64, u64), GpuError> {

@@ -470,6 +470,130 @@ fn link_spec(file: &str, kind: &str, bw: &str, lat: &str, t: &TopologyFile) -> R
     })
 }
 
+/// A key of another topology kind (a `nodes` in a one-node `nvswitch` profile) is an
+/// error, not silently ignored: the profile does not mean what its author thinks.
+fn stray_topology_keys(file: &str, t: &TopologyFile) -> R<()> {
+    let set: [(&str, Option<String>); 23] = [
+        ("file", t.file.as_ref().map(|v| v.to_string())),
+        ("gpus", t.gpus.as_ref().map(|v| v.to_string())),
+        ("link_gbps", t.link_gbps.as_ref().map(|v| v.to_string())),
+        (
+            "link_latency_us",
+            t.link_latency_us.as_ref().map(|v| v.to_string()),
+        ),
+        ("sockets", t.sockets.as_ref().map(|v| v.to_string())),
+        (
+            "switches_per_socket",
+            t.switches_per_socket.as_ref().map(|v| v.to_string()),
+        ),
+        (
+            "gpu_link_gbps",
+            t.gpu_link_gbps.as_ref().map(|v| v.to_string()),
+        ),
+        (
+            "gpu_link_latency_us",
+            t.gpu_link_latency_us.as_ref().map(|v| v.to_string()),
+        ),
+        ("uplink_gbps", t.uplink_gbps.as_ref().map(|v| v.to_string())),
+        (
+            "uplink_latency_us",
+            t.uplink_latency_us.as_ref().map(|v| v.to_string()),
+        ),
+        (
+            "socket_link_gbps",
+            t.socket_link_gbps.as_ref().map(|v| v.to_string()),
+        ),
+        (
+            "socket_link_latency_us",
+            t.socket_link_latency_us.as_ref().map(|v| v.to_string()),
+        ),
+        ("nodes", t.nodes.as_ref().map(|v| v.to_string())),
+        (
+            "gpus_per_node",
+            t.gpus_per_node.as_ref().map(|v| v.to_string()),
+        ),
+        ("nvlink_gbps", t.nvlink_gbps.as_ref().map(|v| v.to_string())),
+        (
+            "nvlink_latency_us",
+            t.nvlink_latency_us.as_ref().map(|v| v.to_string()),
+        ),
+        ("nic_gbps", t.nic_gbps.as_ref().map(|v| v.to_string())),
+        (
+            "nic_latency_us",
+            t.nic_latency_us.as_ref().map(|v| v.to_string()),
+        ),
+        (
+            "nodes_per_leaf",
+            t.nodes_per_leaf.as_ref().map(|v| v.to_string()),
+        ),
+        (
+            "oversubscription",
+            t.oversubscription.as_ref().map(|v| v.to_string()),
+        ),
+        (
+            "spine_latency_us",
+            t.spine_latency_us.as_ref().map(|v| v.to_string()),
+        ),
+        (
+            "devices",
+            (!t.devices.is_empty()).then(|| format!("{} devices", t.devices.len())),
+        ),
+        (
+            "links",
+            (!t.links.is_empty()).then(|| format!("{} links", t.links.len())),
+        ),
+    ];
+    let allowed: &[&str] = match t.kind.as_str() {
+        "nccl-xml" => &["file"],
+        "nvswitch" | "ring" | "full-mesh" => &["gpus", "link_gbps", "link_latency_us"],
+        "pcie-tree" => &[
+            "gpus",
+            "sockets",
+            "switches_per_socket",
+            "gpu_link_gbps",
+            "gpu_link_latency_us",
+            "uplink_gbps",
+            "uplink_latency_us",
+            "socket_link_gbps",
+            "socket_link_latency_us",
+        ],
+        "rail-fat-tree" => &[
+            "nodes",
+            "gpus_per_node",
+            "nvlink_gbps",
+            "nvlink_latency_us",
+            "nic_gbps",
+            "nic_latency_us",
+            "nodes_per_leaf",
+            "oversubscription",
+            "spine_latency_us",
+        ],
+        "custom" => &["devices", "links"],
+        // An unknown kind is reported by the caller, with the known kinds.
+        _ => return Ok(()),
+    };
+    match set
+        .iter()
+        .find(|(k, v)| v.is_some() && !allowed.contains(k))
+    {
+        None => Ok(()),
+        Some((k, v)) => Err(ConfigError::invalid(
+            file,
+            &format!("topology.{k}"),
+            v.as_deref().unwrap_or_default(),
+            format!(
+                "not a key of topology kind `{}`, which reads {}; remove it or change the kind",
+                t.kind,
+                allowed
+                    .iter()
+                    .map(|a| format!("`{a}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )),
+    }
+}
+
 fn topology_from_file(file: &str, name: &str, t: &TopologyFile) -> R<Topology> {
     let kind = t.kind.as_str();
     let wrap = |source| ConfigError::Topology {
@@ -477,6 +601,7 @@ fn topology_from_file(file: &str, name: &str, t: &TopologyFile) -> R<Topology> {
         source,
     };
     let gpus = || -> R<u64> { positive(file, "topology.gpus", req(file, kind, "gpus", t.gpus)?) };
+    stray_topology_keys(file, t)?;
     match kind {
         "nccl-xml" => {
             let spec = t.file.as_deref().ok_or_else(|| {

@@ -240,6 +240,11 @@ fn cases(d: &Path) -> Vec<Case> {
         "huge-line.toml",
         &format!("model = \"{}\"\n", "x".repeat(17 << 20)),
     );
+    let hw_stray_nodes = write(
+        d,
+        "stray-nodes.toml",
+        &format!("{HW}kind = \"nvswitch\"\ngpus = 8\nlink_gbps = 100.0\nnodes = 4\n"),
+    );
     let timeline_huge = write(
         d,
         "timeline-huge.json",
@@ -1122,6 +1127,16 @@ fn cases(d: &Path) -> Vec<Case> {
             args: sim(&["--scenario", &huge_line]),
             code: 2,
             says: vec![huge_line.clone(), s("16777216")],
+        },
+        Case {
+            name: "a node count in a one-node profile",
+            args: sim(&["--hardware", &hw_stray_nodes]),
+            code: 2,
+            says: vec![
+                hw_stray_nodes.clone(),
+                s("topology.nodes"),
+                s("`nvswitch`"),
+            ],
         },
         Case {
             name: "unwritable trace path",

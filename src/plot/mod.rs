@@ -72,6 +72,22 @@ fn register_fonts() {
 const MAX_SIDE: u32 = 16_384;
 
 /// Render a figure to SVG text or PNG bytes.
+/// `svg` with every character XML 1.0 forbids (the C0 controls but tab, newline and
+/// carriage return, which a label can carry from a scenario or strategy name in a file)
+/// replaced by U+FFFD, so the picture stays well-formed; the backend writes none itself.
+fn xml_safe(svg: String) -> String {
+    if !svg.chars().any(forbidden_in_xml) {
+        return svg;
+    }
+    svg.chars()
+        .map(|c| if forbidden_in_xml(c) { '\u{FFFD}' } else { c })
+        .collect()
+}
+
+fn forbidden_in_xml(c: char) -> bool {
+    (c < ' ' && !matches!(c, '\t' | '\n' | '\r')) || matches!(c, '\u{FFFE}' | '\u{FFFF}')
+}
+
 pub fn render(fig: &impl Figure, format: ImageFormat) -> Result<Vec<u8>, PlotError> {
     register_fonts();
     let (w, h) = fig.size();
@@ -90,7 +106,7 @@ pub fn render(fig: &impl Figure, format: ImageFormat) -> Result<Vec<u8>, PlotErr
                 fig.draw(&root).map_err(PlotError::Draw)?;
                 root.present().map_err(|e| PlotError::Draw(e.to_string()))?;
             }
-            Ok(s.into_bytes())
+            Ok(xml_safe(s).into_bytes())
         }
         ImageFormat::Png => {
             let mut buf = vec![0u8; w as usize * h as usize * 3];

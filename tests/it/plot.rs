@@ -393,3 +393,33 @@ fn layer_plot_marks_the_backward_and_sites() {
     has(&t, "bwd →");
     has(&t, "fwd.fc1");
 }
+
+/// A control character in a name the picture shows (a timeline file's scenario and
+/// strategy) leaves the SVG well-formed: XML 1.0 forbids it, so it is drawn as U+FFFD.
+#[test]
+fn control_characters_in_labels_keep_the_svg_well_formed() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("sim");
+    bin()
+        .args(["simulate", "--strategy", "flash", "--out"])
+        .arg(&out)
+        .assert()
+        .success();
+    let text = std::fs::read_to_string(out.join("timeline-flash.json")).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["scenario"] = "bad\u{1}name<&>".into();
+    v["strategy"] = "fl\u{7}ash".into();
+    let tl = d.path().join("ctl.json");
+    std::fs::write(&tl, v.to_string()).unwrap();
+    let svg = d.path().join("ctl.svg");
+    bin()
+        .args(["plot", "timeline"])
+        .arg(&tl)
+        .arg("--out")
+        .arg(&svg)
+        .assert()
+        .success();
+    let texts = svg_texts(&svg);
+    has(&texts, "bad\u{FFFD}name<&>");
+    has(&texts, "fl\u{FFFD}ash");
+}

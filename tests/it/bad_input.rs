@@ -1132,11 +1132,7 @@ fn cases(d: &Path) -> Vec<Case> {
             name: "a node count in a one-node profile",
             args: sim(&["--hardware", &hw_stray_nodes]),
             code: 2,
-            says: vec![
-                hw_stray_nodes.clone(),
-                s("topology.nodes"),
-                s("`nvswitch`"),
-            ],
+            says: vec![hw_stray_nodes.clone(), s("topology.nodes"), s("`nvswitch`")],
         },
         Case {
             name: "unwritable trace path",

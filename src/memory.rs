@@ -119,8 +119,29 @@ fn activation_bytes(dtype: DType) -> f64 {
 }
 
 /// Activation bytes of one layer and one micro-batch on one GPU, as stored for the
-/// backward under `recompute` (for `full`: the layer's input only).
+/// backward under `recompute` (for `full`: the layer's input only); a MoE model's lone
+/// layer is a MoE one.
 pub fn layer_activations(sc: &Scenario, recompute: Recompute, kind: LayerKind) -> f64 {
+    layer_activations_of(sc, recompute, kind, moe_layers(sc))
+}
+
+/// Whether `sc`'s layers have experts (a MoE model's layer or step).
+fn moe_layers(sc: &Scenario) -> bool {
+    sc.model.moe.is_some() && matches!(sc.workload, Workload::Layer | Workload::Step)
+}
+
+/// [`layer_activations`] of a dense layer or (`moe_layer`) a MoE one: its MLP block's
+/// tensors are then the router's fp32 scores (experts per token), the routed rows on
+/// the busiest rank (tokens · top-k · its imbalance: each the dispatched input, the
+/// expert's FC1 output and activation output, and the expert output the combine brings
+/// back, which the router's gradient reads) and the shared experts' FC1 and activation
+/// outputs over the rank's own tokens.
+pub fn layer_activations_of(
+    sc: &Scenario,
+    recompute: Recompute,
+    kind: LayerKind,
+    moe_layer: bool,
+) -> f64 {
     let m = &sc.model;
     let p = &sc.parallel;
     let e = activation_bytes(sc.dtype);
@@ -141,7 +162,18 @@ pub fn layer_activations(sc: &Scenario, recompute: Recompute, kind: LayerKind) -
     // Norm inputs (2), QKV's and FC1's inputs (2), the attention output (proj's input),
     // Q/K/V, FC1's output (the activation's input), the activation's output (FC2's
     // input), dropout masks after proj and FC2.
-    let linear = 5.0 * hidden + qkv + t(m.fc1_width()) * e + t(m.ffn) * e + masks;
+    let mlp = match m.moe {
+        Some(moe) if moe_layer => {
+            let gate = if m.activation.gated() { 2 } else { 1 };
+            let shares = sc.routing.rank_shares(moe.experts, p.ep);
+            let busiest = shares.iter().copied().fold(0.0, f64::max) * p.ep as f64;
+            let rows = tokens / shards * moe.top_k as f64 * busiest;
+            let per_row = 2 * h + gate * moe.expert_ffn + moe.expert_ffn;
+            t(moe.experts) * 4.0 + rows * per_row as f64 * e + t((gate + 1) * moe.shared_ffn) * e
+        }
+        _ => t(m.fc1_width()) * e + t(m.ffn) * e,
+    };
+    let linear = 5.0 * hidden + qkv + mlp + masks;
     let core = if recompute == Recompute::Selective {
         0.0
     } else if kind.materialized_scores {
@@ -176,16 +208,67 @@ fn in_flight(sc: &Scenario, i: u64, layers: u64) -> f64 {
     }
 }
 
-/// Parameters of one layer on one GPU (tp-sharded linears, kv heads replicated where tp
-/// exceeds them; norms whole).
+/// Parameters of one dense layer on one GPU (tp-sharded linears, kv heads replicated
+/// where tp exceeds them; norms whole).
 fn layer_params(sc: &Scenario) -> f64 {
+    let m = &sc.model;
+    attention_params(sc) + (m.hidden * (m.fc1_width() + m.ffn)) as f64 / sc.parallel.tp as f64
+}
+
+/// One layer's attention block and norms on one GPU.
+fn attention_params(sc: &Scenario) -> f64 {
     let m = &sc.model;
     let tp = sc.parallel.tp;
     let h = m.hidden;
     let d = h / m.heads;
     let kv = m.kv_heads.max(tp);
-    let linear = h * (m.heads + 2 * kv) * d + h * h + h * m.fc1_width() + m.ffn * h;
+    let linear = h * (m.heads + 2 * kv) * d + h * h;
     linear as f64 / tp as f64 + 2.0 * h as f64
+}
+
+/// Parameters of one MoE layer on one GPU: those every rank of the data-parallel group
+/// shares (attention over tp, the router and the shared experts whole, as the layer
+/// builder runs them), and its experts (experts / ep whole experts), which the expert
+/// data-parallel group of tp · ulysses · dp / ep ranks shares.
+fn moe_layer_params(sc: &Scenario) -> (f64, f64) {
+    let m = &sc.model;
+    let Some(moe) = m.moe else {
+        return (layer_params(sc), 0.0);
+    };
+    let gate = if m.activation.gated() { 2 } else { 1 };
+    let h = m.hidden;
+    let dense = attention_params(sc) + (h * moe.experts + h * (gate + 1) * moe.shared_ffn) as f64;
+    let experts = (moe.experts / sc.parallel.ep.max(1) * h * (gate + 1) * moe.expert_ffn) as f64;
+    (dense, experts)
+}
+
+/// Dense and MoE layers of pipeline stage `i` (of `layers` in all): stage i holds the
+/// virtual stages c·P + i of L/(P·V) layers each; a MoE model's first `dense_layers`
+/// are dense.
+fn stage_layers(sc: &Scenario, i: u64, layers: u64) -> (u64, u64) {
+    let pp = sc.parallel.pp.max(1);
+    let v = if sc.workload == Workload::Step {
+        sc.parallel.pp_schedule.chunks().max(1)
+    } else {
+        1
+    };
+    let per = layers / (pp * v);
+    if !moe_layers(sc) {
+        return (per * v, 0);
+    }
+    // A lone layer of a MoE model is a MoE layer.
+    let dense_first = if sc.workload == Workload::Step {
+        sc.model.moe.map_or(0, |m| m.dense_layers)
+    } else {
+        0
+    };
+    let mut moe = 0;
+    for c in 0..v {
+        let lo = (c * pp + i) * per;
+        let hi = lo + per;
+        moe += hi.saturating_sub(lo.max(dense_first)).min(per);
+    }
+    (per * v - moe, moe)
 }
 
 /// The memory per GPU of `sc` at its peak (the stage that needs most), under `kind`'s
@@ -205,24 +288,40 @@ pub fn per_gpu_with(sc: &Scenario, kind: LayerKind) -> Memory {
     let layers = if step { m.layers } else { 1 };
     let pp = p.pp.max(1);
     let per_layer = layer_params(sc);
+    let (moe_dense, moe_experts) = moe_layer_params(sc);
+    // The ranks sharing a MoE layer's experts (its expert data-parallel group).
+    let expert_sync = ((p.tp * p.ulysses * p.dp) / p.ep.max(1)).max(1) as f64;
     let vocab = (m.vocab * m.hidden) as f64 / p.tp as f64;
     let tokens = sc.tokens() as f64;
     let shards = (p.tp * p.ulysses) as f64;
     let hidden_act = tokens * m.hidden as f64 / shards * ea;
-    let act_layer = layer_activations(sc, sc.recompute, kind);
-    let act_full_layer = layer_activations(sc, Recompute::None, kind);
-    let communicators = [p.tp > 1, sync > 1.0, pp > 1]
-        .iter()
-        .filter(|&&x| x)
-        .count() as f64;
+    let act = |r: Recompute, moe: bool| layer_activations_of(sc, r, kind, moe);
+    let moe = moe_layers(sc);
+    let communicators = [
+        p.tp > 1,
+        sync > 1.0,
+        pp > 1,
+        moe && p.ep > 1,
+        moe && expert_sync > 1.0,
+    ]
+    .iter()
+    .filter(|&&x| x)
+    .count() as f64;
     let mut best: Option<Memory> = None;
     for i in 0..pp {
         let (first, last) = (i == 0, i + 1 == pp);
+        let (dense_n, moe_n) = stage_layers(sc, i, layers);
+        // The stage's expert parameters (sharded over the expert data-parallel group).
+        let experts = if training {
+            moe_n as f64 * moe_experts
+        } else {
+            0.0
+        };
         let params = if !training {
             // A forward block: its two MLP GEMMs' weights.
             (m.hidden * (m.fc1_width() + m.ffn)) as f64 / p.tp as f64
         } else {
-            let mut n = per_layer * (layers / pp) as f64;
+            let mut n = per_layer * dense_n as f64 + moe_dense * moe_n as f64;
             if step {
                 if first {
                     n += vocab;
@@ -237,11 +336,13 @@ pub fn per_gpu_with(sc: &Scenario, kind: LayerKind) -> Memory {
             n
         };
         let shard = |stage: u8| if zero >= stage { sync } else { 1.0 };
+        let ezero = if expert_sync > 1.0 { sc.zero } else { 0 };
+        let eshard = |stage: u8| if ezero >= stage { expert_sync } else { 1.0 };
         let (weights, gradients, optimizer) = if training {
             (
-                params * ew / shard(3),
-                params * eg / shard(2),
-                params * eo / shard(1),
+                params * ew / shard(3) + experts * ew / eshard(3),
+                params * eg / shard(2) + experts * eg / eshard(2),
+                params * eo / shard(1) + experts * eo / eshard(1),
             )
         } else {
             (params * ew, 0.0, 0.0)
@@ -251,8 +352,12 @@ pub fn per_gpu_with(sc: &Scenario, kind: LayerKind) -> Memory {
         } else {
             1.0
         };
+        // One layer's activations: the stage's layers' mean (dense and MoE ones).
+        let held = (dense_n + moe_n).max(1) as f64;
+        let mean =
+            |r: Recompute| (dense_n as f64 * act(r, false) + moe_n as f64 * act(r, true)) / held;
         let mut activations = if training {
-            flight * act_layer
+            flight * mean(sc.recompute)
         } else {
             // A forward block keeps nothing for a backward: its largest live tensors,
             // FC1's output and the activation's.
@@ -260,7 +365,11 @@ pub fn per_gpu_with(sc: &Scenario, kind: LayerKind) -> Memory {
         };
         if training && sc.recompute == Recompute::Full {
             // The layer being recomputed holds its whole activations meanwhile.
-            activations += act_full_layer;
+            activations += mean(Recompute::None).max(if moe_n > 0 {
+                act(Recompute::None, true)
+            } else {
+                0.0
+            });
         }
         if step {
             let mbs = if pp == 1 {
@@ -277,9 +386,20 @@ pub fn per_gpu_with(sc: &Scenario, kind: LayerKind) -> Memory {
                 activations += 2.0 * hidden_act + logits;
             }
         }
-        let sharding_buffers = if training && sync > 1.0 {
-            let gathered = if zero >= 3 { 2.0 * per_layer * ew } else { 0.0 };
-            let grads = if zero >= 2 { per_layer * eg } else { 0.0 };
+        // The largest layer of the stage, gathered whole.
+        let layer = if moe_n > 0 {
+            (moe_dense + moe_experts).max(if dense_n > 0 { per_layer } else { 0.0 })
+        } else {
+            per_layer
+        };
+        let sharding_buffers = if training && (sync > 1.0 || (moe_n > 0 && expert_sync > 1.0)) {
+            let z = zero.max(if moe_n > 0 && expert_sync > 1.0 {
+                sc.zero
+            } else {
+                0
+            });
+            let gathered = if z >= 3 { 2.0 * layer * ew } else { 0.0 };
+            let grads = if z >= 2 { layer * eg } else { 0.0 };
             gathered + grads
         } else {
             0.0
@@ -406,6 +526,59 @@ mod tests {
             assert_eq!(m.gradients, 2.0 * total / g, "zero {zero}");
             assert_eq!(m.optimizer, 12.0 * total / o, "zero {zero}");
         }
+    }
+
+    /// Mixtral-8x7B's weights are its published 46.7 B parameters (the hand count:
+    /// 32 layers of attention 4096·(32 + 2·8)·128 + 4096², a router of 4096·8 and eight
+    /// SwiGLU experts of 3·4096·14336, two norms of 4096 a layer, plus input and output
+    /// embeddings of 32000·4096 and the final norm);
+    /// expert parallelism shards only the experts, and ZeRO shards them over their own
+    /// expert data-parallel group (dp · tp / ep ranks), the rest over dp.
+    #[test]
+    fn a_moe_models_parameters_are_the_hand_count_and_ep_shards_its_experts() {
+        let base = Overrides {
+            model: Some("mixtral-8x7b".into()),
+            hardware: Some("h200-sxm-8".into()),
+            workload: Some("step".into()),
+            tp: Some(1),
+            seq: Some(4096),
+            batch: Some(1),
+            ..Default::default()
+        };
+        let (h, layers): (f64, f64) = (4096.0, 32.0);
+        let attention = h * 48.0 * 128.0 + h * h;
+        let router = h * 8.0;
+        let expert = 3.0 * h * 14336.0;
+        let embeddings = 2.0 * 32000.0 * h + h;
+        let total = layers * (attention + router + 2.0 * h + 8.0 * expert) + embeddings;
+        assert!((total / 1e9 - 46.7).abs() < 0.05, "{total}");
+        let m = per_gpu(&scenario(base.clone()));
+        assert_eq!(m.weights, 2.0 * total);
+        assert_eq!(m.optimizer, 12.0 * total);
+        // ep 8 over dp 8, ZeRO-1: experts whole on their rank (one of them), optimizer
+        // state of the dense part over dp 8 and of the experts over edp 8 / 8 = 1.
+        let mut sc = scenario(Overrides {
+            dp: Some(8),
+            ep: Some(8),
+            ..base.clone()
+        });
+        sc.zero = 1;
+        let m = per_gpu(&sc);
+        let dense = layers * (attention + router + 2.0 * h) + embeddings;
+        let local = layers * expert;
+        assert_eq!(m.weights, 2.0 * (dense + local));
+        assert_eq!(m.gradients, 2.0 * (dense + local));
+        assert_eq!(m.optimizer, 12.0 * (dense / 8.0 + local));
+        // ep 2 over dp 8: four experts a rank, their state over edp 4.
+        let mut sc = scenario(Overrides {
+            dp: Some(8),
+            ep: Some(2),
+            ..base
+        });
+        sc.zero = 1;
+        let m = per_gpu(&sc);
+        assert_eq!(m.weights, 2.0 * (dense + 4.0 * local));
+        assert_eq!(m.optimizer, 12.0 * (dense / 8.0 + 4.0 * local / 4.0));
     }
 
     /// The micro-batches in flight: 1F1B holds P on stage 0, interleaved

@@ -487,7 +487,8 @@ pub struct Parallel {
     /// How micro-batches flow through the stages.
     pub pp_schedule: PpSchedule,
     pub order: RankOrder,
-    /// Expert-parallel ranks (workload `moe`): each holds experts / ep experts.
+    /// Expert-parallel ranks: each holds experts / ep experts (workload `moe`: the
+    /// block's ranks; layers and steps: groups of ep consecutive ranks of a stage).
     pub ep: u64,
 }
 
@@ -599,9 +600,11 @@ impl RankOrder {
 }
 
 impl Parallel {
-    /// Every rank: tp × ulysses × dp × pp.
+    /// Every rank: tp × ulysses × dp × pp. Layers and steps draw the expert-parallel
+    /// groups from a stage's ranks (ep divides tp × ulysses × dp); workload `moe` has
+    /// no other degree, so its ranks are the ep ones.
     pub fn world(&self) -> u64 {
-        self.tp * self.dp * self.ulysses * self.pp * self.ep
+        self.stage_world().max(self.ep) * self.pp
     }
 
     /// The ranks of one pipeline stage: tp × ulysses × dp.

@@ -761,9 +761,9 @@ impl Origins {
 }
 
 /// The mixture-of-experts rules: workload `moe` needs a MoE model and runs over `ep`
-/// ranks alone; `ep` is for it only; layers and steps of a MoE model are not modelled
-/// yet (they would be simulated as dense), nor a dense MLP block of a model with no
-/// dense layers.
+/// ranks alone; layers and steps of a MoE model draw `ep` from a stage's ranks; `ep` is
+/// for nothing else; a MoE model's dense MLP block only where the model has dense
+/// layers.
 fn check_moe(
     at: &dyn Fn(&str) -> String,
     model: &Model,
@@ -803,15 +803,46 @@ fn check_moe(
         }
         return Ok(());
     }
+    let layered = matches!(workload, Workload::Layer | Workload::Step);
+    if let (Some(moe), true) = (model.moe, layered) {
+        // MoE parallel folding: the expert-parallel groups are drawn from a stage's
+        // ranks.
+        let stage = p.tp * p.ulysses * p.dp;
+        if stage % p.ep != 0 {
+            return Err(ConfigError::invalid(
+                &at("parallel.ep"),
+                "parallel.ep",
+                p.ep,
+                format!(
+                    "must divide a pipeline stage's tp × ulysses × dp = {} × {} × {} = {stage} ranks, which the expert-parallel groups are drawn from",
+                    p.tp, p.ulysses, p.dp
+                ),
+            ));
+        }
+        if moe.experts % p.ep != 0 {
+            return Err(ConfigError::invalid(
+                &at("parallel.ep"),
+                "parallel.ep",
+                p.ep,
+                format!("must divide the model's {} routed experts", moe.experts),
+            ));
+        }
+        return Ok(());
+    }
     if p.ep != 1 {
+        let why = if model.moe.is_none() {
+            format!("model `{}` has no experts to spread", model.name)
+        } else {
+            format!(
+                "expert parallelism is for workloads moe, layer and step, not {}",
+                workload.name()
+            )
+        };
         return Err(ConfigError::invalid(
             &at("parallel.ep"),
             "parallel.ep",
             p.ep,
-            format!(
-                "expert parallelism is for workload moe, not {}",
-                workload.name()
-            ),
+            why,
         ));
     }
     if let Some(moe) = model.moe {
@@ -825,7 +856,7 @@ fn check_moe(
                 "workload",
                 workload.name(),
                 format!(
-                    "model `{}` is a mixture of experts: its MoE layers in a {} would be simulated as dense, which is not modelled yet (workload moe simulates one MoE block; attention its attention)",
+                    "model `{}` is a mixture of experts: its MoE layers are simulated by workloads layer, step and moe, not {}",
                     model.name,
                     workload.name()
                 ),
@@ -1202,6 +1233,49 @@ pub fn scenario_from_file(
                 "the Ulysses all-to-all site runs sequential or flash-a2a",
             ));
         }
+        if key == "moe" && (model.moe.is_none() || workload == Workload::Attention) {
+            return Err(ConfigError::invalid(
+                &at("sites"),
+                &k,
+                name,
+                format!(
+                    "the MoE site is for a mixture-of-experts model's layers and steps, not {} of `{}`",
+                    workload.name(),
+                    model.name
+                ),
+            ));
+        }
+        if key == "moe"
+            && !matches!(
+                st,
+                Strategy::Sequential
+                    | Strategy::Chunked(_)
+                    | Strategy::FlashEp(_)
+                    | Strategy::Flash
+            )
+        {
+            return Err(ConfigError::invalid(
+                &at("sites"),
+                &k,
+                name,
+                "the MoE site (dispatch, experts, combine) runs sequential, chunked:K or flash-ep",
+            ));
+        }
+        if key == "dp"
+            && st == Strategy::Flash
+            && model.moe.is_some()
+            && workload != Workload::Attention
+        {
+            return Err(ConfigError::invalid(
+                &at("sites"),
+                &k,
+                name,
+                format!(
+                    "the Flash-fused data parallelism is not built for the MoE layers of `{}`; use dp = bulk or sequential",
+                    model.name
+                ),
+            ));
+        }
         if key == "dp" && !matches!(st, Strategy::Sequential | Strategy::Bulk | Strategy::Flash) {
             return Err(ConfigError::invalid(
                 &at("sites"),
@@ -1245,13 +1319,14 @@ pub fn scenario_from_file(
             activation: model.activation,
             dtype,
         };
-        if matches!(st, Strategy::FlashEp(_)) && workload != Workload::Moe {
+        let moe_site = key == "sites.moe";
+        if matches!(st, Strategy::FlashEp(_)) && workload != Workload::Moe && !moe_site {
             return Err(ConfigError::invalid(
                 &blame,
                 key,
                 name,
                 format!(
-                    "flash-ep decomposes a MoE block's all-to-alls (workload moe), not {}",
+                    "flash-ep decomposes a MoE block's all-to-alls: the strategy of workload moe, or the `moe` site of a MoE model's layer or step (--site moe=flash-ep), not a strategy of {}",
                     workload.name()
                 ),
             ));
@@ -1284,18 +1359,28 @@ pub fn scenario_from_file(
                 causal: s.causal,
                 attention_only: workload == Workload::Attention,
                 forward_only: false,
+                moe: crate::strategy::layer::LayerMoe::from_model(&model, ep)
+                    .filter(|_| workload != Workload::Attention),
             };
             if workload != Workload::Step {
                 ls.layers = 1;
                 ls.micro_batches = 1;
             }
             let step = workload == Workload::Step;
-            crate::strategy::layer::check_layer(st, &ls, step)
-                .and_then(|()| crate::strategy::layer::check_size(st, &ls, step))
-                .and_then(|()| {
-                    let dps = crate::strategy::layer::dp_strategy(st, &site_strategies);
-                    crate::strategy::layer::check_dp(&ls, dps, step)
-                })
+            if moe_site {
+                crate::strategy::layer::check_moe_sites(&ls, st)
+            } else {
+                crate::strategy::layer::check_layer(st, &ls, step)
+                    .and_then(|()| crate::strategy::layer::check_size(st, &ls, step))
+                    .and_then(|()| {
+                        let dps = crate::strategy::layer::dp_strategy(st, &site_strategies);
+                        crate::strategy::layer::check_dp(&ls, dps, step)
+                    })
+                    .and_then(|()| {
+                        let ms = crate::strategy::layer::moe_strategy(st, &site_strategies);
+                        crate::strategy::layer::check_moe_sites(&ls, ms)
+                    })
+            }
         } else {
             crate::strategy::check_shape(st, &shape)
         };
@@ -1386,12 +1471,17 @@ pub fn scenario_from_file(
     }
     let routing = Routing::parse(&s.routing)
         .map_err(|reason| ConfigError::invalid(&at("routing"), "routing", &s.routing, reason))?;
-    if routing != Routing::Uniform && workload != Workload::Moe {
+    let moe_layers = model.moe.is_some() && matches!(workload, Workload::Layer | Workload::Step);
+    if routing != Routing::Uniform && workload != Workload::Moe && !moe_layers {
         return Err(ConfigError::invalid(
             &at("routing"),
             "routing",
             &s.routing,
-            format!("routing skew is for workload moe, not {}", workload.name()),
+            format!(
+                "routing skew is for a mixture-of-experts model's workloads moe, layer and step, not {} of `{}`",
+                workload.name(),
+                model.name
+            ),
         ));
     }
     if let Routing::Loads(v) = &routing

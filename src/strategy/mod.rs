@@ -199,6 +199,8 @@ fn layer_plan(
         shift,
         Some(net),
         max_ops,
+        &sc.routing
+            .rank_shares(sc.model.moe.map_or(1, |m| m.experts), sc.parallel.ep),
     )
 }
 

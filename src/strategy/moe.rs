@@ -144,17 +144,21 @@ pub fn check(strategy: Strategy, s: &MoeShape) -> Result<(), StrategyError> {
     }
 }
 
-/// Per rank: its compute stream and the streams its dispatch and combine run on.
-struct Streams {
-    compute: Vec<StreamId>,
-    dispatch: Vec<StreamId>,
-    combine: Vec<StreamId>,
+/// The ranks of one expert-parallel group, member `j` (0..ep) at plan rank `ranks[j]`:
+/// its compute stream and the streams its dispatch and combine run on (one stream for
+/// both under `sequential`).
+#[derive(Debug, Clone, Default)]
+pub struct Members {
+    pub ranks: Vec<u32>,
+    pub compute: Vec<StreamId>,
+    pub dispatch: Vec<StreamId>,
+    pub combine: Vec<StreamId>,
 }
 
 struct Ctx<'a> {
-    b: PlanBuilder,
+    b: &'a mut PlanBuilder,
     s: &'a MoeShape,
-    st: Streams,
+    st: &'a Members,
     /// `fwd` or `bwd`: the pass being built (site names start with it).
     phase: &'static str,
     /// Per stream, its last op so far.
@@ -329,7 +333,7 @@ impl Ctx<'_> {
         deps: &[OpId],
         tg: OpTag,
     ) -> Result<OpId, StrategyError> {
-        let (peer, bytes) = (peer as u32, rows * self.s.row_bytes());
+        let (peer, bytes) = (self.st.ranks[peer], rows * self.s.row_bytes());
         let kind = match recv {
             None => OpKind::Send {
                 peer,
@@ -453,14 +457,15 @@ impl Ctx<'_> {
         Ok(last)
     }
 
-    /// The router on every rank: a (T × hidden) · (hidden × experts) GEMM.
-    fn routers(&mut self) -> Result<Vec<Vec<OpId>>, StrategyError> {
+    /// The router on every rank after `start[r]`: a (T × hidden) · (hidden × experts)
+    /// GEMM.
+    fn routers(&mut self, start: &[Vec<OpId>]) -> Result<Vec<Vec<OpId>>, StrategyError> {
         let site = self.site("router");
         let (t, h, e) = (self.s.tokens, self.s.hidden, self.s.experts);
         (0..self.n())
             .map(|r| {
                 Ok(self
-                    .gemm(r, site, 0, 1, (t, e, h), &[])?
+                    .gemm(r, site, 0, 1, (t, e, h), &start[r])?
                     .into_iter()
                     .collect())
             })
@@ -468,17 +473,19 @@ impl Ctx<'_> {
     }
 }
 
-fn declare(b: &mut PlanBuilder, n: usize, dispatch_and_combine_apart: bool) -> Streams {
-    let mut st = Streams {
-        compute: Vec::new(),
-        dispatch: Vec::new(),
-        combine: Vec::new(),
+/// Streams of the members `ranks` (compute, dispatch, and a combine of its own unless
+/// `sequential` runs both all-to-alls on one), declared on `b`.
+pub fn declare(b: &mut PlanBuilder, ranks: &[u32], strategy: Strategy) -> Members {
+    let apart = strategy != Strategy::Sequential;
+    let mut st = Members {
+        ranks: ranks.to_vec(),
+        ..Members::default()
     };
-    for r in 0..n as u32 {
+    for &r in ranks {
         st.compute.push(b.stream(r, "compute", StreamKind::Compute));
         let d = b.stream(r, "dispatch", StreamKind::Comm);
         st.dispatch.push(d);
-        st.combine.push(if dispatch_and_combine_apart {
+        st.combine.push(if apart {
             b.stream(r, "combine", StreamKind::Comm)
         } else {
             d
@@ -492,34 +499,71 @@ pub fn build(s: &MoeShape, strategy: Strategy) -> Result<Plan, StrategyError> {
     check(strategy, s)?;
     let n = s.ep as usize;
     let mut b = PlanBuilder::new(s.ep).without_dataflow();
-    let st = declare(&mut b, n, strategy != Strategy::Sequential);
+    let ranks: Vec<u32> = (0..s.ep).collect();
+    let st = declare(&mut b, &ranks, strategy);
     // Model FLOPs over every rank; the backward runs every GEMM again for the input
     // gradients and once more for the weights'.
     let passes = if s.backward { 3.0 } else { 1.0 };
     b.add_model_flops(passes * forward_flops(s, s.tokens as f64 * n as f64));
+    let none = vec![Vec::new(); n];
+    let ends = forward(&mut b, s, &st, strategy, &none)?;
+    if s.backward {
+        backward(&mut b, s, &st, strategy, &ends)?;
+    }
+    Ok(b.finish()?)
+}
+
+/// The block's forward on `members` under `strategy` inside a larger plan, member j
+/// starting after `start[j]` (the router is its first op, on its compute stream).
+/// Returns each member's ops that end the block there (its last compute op and the
+/// combine's last receive).
+pub fn forward(
+    b: &mut PlanBuilder,
+    s: &MoeShape,
+    members: &Members,
+    strategy: Strategy,
+    start: &[Vec<OpId>],
+) -> Result<Vec<Vec<OpId>>, StrategyError> {
     let mut c = Ctx {
         b,
         s,
-        st,
+        st: members,
         phase: "fwd",
         last: Vec::new(),
     };
-    let router = c.routers()?;
+    let router = c.routers(start)?;
     pass(&mut c, strategy, &router)?;
-    if s.backward {
-        // The output's gradient is there once the forward has ended on the rank.
-        let start: Vec<Vec<OpId>> = (0..n).map(|r| c.ends(r)).collect();
-        c.phase = "bwd";
-        pass(&mut c, strategy, &start)?;
-        // The weight gradients last: they feed no message, so they fill the time the last
-        // gradients travel (sequential runs them before its final all-to-all instead).
-        if strategy != Strategy::Sequential {
-            for r in 0..n {
-                c.wgrads(r, n as u64 * s.rows_to(r, s.tokens))?;
-            }
+    Ok((0..c.n()).map(|r| c.ends(r)).collect())
+}
+
+/// The block's backward on `members` (the output gradient there on member j after
+/// `start[j]`), then its weight gradients. Returns each member's ops that end it (the
+/// input gradient's last receive and the last compute op, the weight gradients
+/// included: later ops of the compute stream follow them anyway).
+pub fn backward(
+    b: &mut PlanBuilder,
+    s: &MoeShape,
+    members: &Members,
+    strategy: Strategy,
+    start: &[Vec<OpId>],
+) -> Result<Vec<Vec<OpId>>, StrategyError> {
+    let n = members.ranks.len();
+    let mut c = Ctx {
+        b,
+        s,
+        st: members,
+        phase: "bwd",
+        last: Vec::new(),
+    };
+    pass(&mut c, strategy, start)?;
+    // The weight gradients last: they feed no message, so they fill the time the last
+    // gradients travel (sequential runs them before its final all-to-all instead).
+    if strategy != Strategy::Sequential {
+        for r in 0..n {
+            c.wgrads(r, n as u64 * s.rows_to(r, s.tokens))?;
         }
     }
-    Ok(c.b.finish()?)
+    Ok((0..n).map(|r| c.ends(r)).collect())
 }
 
 /// The model FLOPs of one forward (router, routed experts, shared experts) over `tokens`.

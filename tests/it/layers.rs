@@ -952,3 +952,175 @@ fn a_moe_block_with_compute_free_is_its_communication_critical_path() {
         }
     }
 }
+
+/// A mixture-of-experts model's layer or step on 8 GPUs of a contention-free full
+/// mesh: `tp` × `dp` (× `pp` for a step) with expert-parallel groups of `ep` drawn from
+/// each stage's ranks, every layer a MoE one (Mixtral, two layers).
+fn moe_layers(
+    workload: Workload,
+    gbps: f64,
+    free_compute: bool,
+    par: (u64, u64, u64, u64),
+) -> Scenario {
+    let (tp, dp, pp, ep) = par;
+    let mut sc = scenario_u(workload, gbps, free_compute, dp, 1);
+    sc.model = config::load_model("mixtral-8x7b", None).unwrap();
+    sc.model.layers = 2;
+    sc.parallel.tp = tp;
+    sc.parallel.pp = pp;
+    sc.parallel.ep = ep;
+    sc.micro_batches = pp;
+    sc
+}
+
+/// (workload, tp, dp, pp, ep): expert groups inside a tensor-parallel group's
+/// replicas, across them, over the whole stage, and a pipeline of two stages.
+const MOE_CASES: [(Workload, (u64, u64, u64, u64)); 5] = [
+    (Workload::Layer, (2, 4, 1, 4)),
+    (Workload::Layer, (1, 8, 1, 8)),
+    (Workload::Layer, (4, 2, 1, 2)),
+    (Workload::Step, (2, 2, 2, 4)),
+    (Workload::Step, (1, 4, 2, 2)),
+];
+
+/// MoE layers composed with tp, dp and pp follow the compute critical path when
+/// communication is free, under every strategy the MoE sites run (a tensor-parallel
+/// strategy with `sequential` MoE sites included).
+#[test]
+fn moe_layers_with_communication_free_are_their_compute_critical_path() {
+    for (w, par) in MOE_CASES {
+        let sc = moe_layers(w, 1e290, false, par);
+        for s in [
+            Strategy::Sequential,
+            Strategy::Chunked(2),
+            Strategy::Flash,
+            Strategy::Bulk,
+        ] {
+            let r = run_strategy(&sc, s, &opts()).unwrap();
+            let want = critical_path(&r.plan, &sc.hardware.gpu, &sc.hardware.topology, 1e290);
+            let got = r.metrics.makespan;
+            assert!(
+                (got - want).abs() <= 1e-9 * want,
+                "{w:?} {par:?} {s}: simulated {got} vs compute critical path {want}"
+            );
+        }
+    }
+}
+
+/// With compute free, `sequential` (every all-to-all, ring and pipeline message in a
+/// chain of its own) is the critical path of its messages.
+#[test]
+fn moe_layers_with_compute_free_are_their_communication_critical_path() {
+    let gbps = 100.0;
+    for (w, par) in MOE_CASES {
+        let sc = moe_layers(w, gbps, true, par);
+        let r = run_strategy(&sc, Strategy::Sequential, &opts()).unwrap();
+        let want = critical_path(&r.plan, &sc.hardware.gpu, &sc.hardware.topology, gbps * 1e9);
+        let got = r.metrics.makespan;
+        assert!(
+            (got - want).abs() <= 1e-9 * want,
+            "{w:?} {par:?}: simulated {got} vs communication critical path {want}"
+        );
+        assert!(r.metrics.compute < 1e-6 * got, "{w:?} {par:?}");
+    }
+}
+
+/// Every rank of a MoE layer dispatches its own tokens' remote top-k rows once and gets
+/// them back once, in each pass: with uniform routing, T/tp · k · (ep − 1)/ep rows of h
+/// each way; the messages stay in the rank's expert-parallel group (ep consecutive
+/// ranks); the expert gradients go round the expert data-parallel group (ranks e, ep +
+/// e, …: (edp − 1) pieces of each rank's experts over edp), and dense layers have none.
+#[test]
+fn moe_layers_move_their_closed_form_bytes_within_their_groups() {
+    for (tp, dp, ep) in [(2u64, 4u64, 4u64), (1, 8, 8), (4, 2, 2), (2, 4, 8)] {
+        let sc = moe_layers(Workload::Layer, 100.0, false, (tp, dp, 1, ep));
+        let r = run_strategy(&sc, Strategy::Flash, &opts()).unwrap();
+        let plan = &r.plan;
+        let (h, k) = (4096u64, 2u64);
+        let rank_tokens = sc.batch * sc.seq / tp;
+        let rows = rank_tokens * k * (ep - 1) / ep;
+        let site = |name: &str| plan.sites.iter().position(|s| s == name).map(|i| i as u16);
+        let edp = tp * dp / ep;
+        // A symmetric plan holds the first `held` ranks; each stands for its replicas.
+        let held = plan.symmetry.unwrap_or(plan.ranks) as usize;
+        for name in ["fwd.dispatch", "fwd.combine", "bwd.combine", "bwd.dispatch"] {
+            let id = site(name).unwrap_or_else(|| panic!("{name} missing"));
+            let mut sent = [0u64; 8];
+            for o in &plan.ops {
+                if let OpKind::Send { peer, bytes, .. } = o.kind
+                    && o.tag.site == id
+                {
+                    assert_eq!(
+                        o.rank as u64 / ep,
+                        peer as u64 / ep,
+                        "{name}: crosses groups"
+                    );
+                    sent[o.rank as usize] += bytes;
+                }
+            }
+            for (r, b) in sent.iter().enumerate().take(held) {
+                assert_eq!(*b, rows * h * 2, "tp {tp} dp {dp} ep {ep} {name} rank {r}");
+            }
+        }
+        let experts = 8 / ep * 4096 * 3 * 14336;
+        let edp_sent: u64 = plan
+            .ops
+            .iter()
+            .filter(|o| Some(o.tag.site) == site("bwd.edp-rs"))
+            .map(|o| match o.kind {
+                OpKind::Send { peer, bytes, .. } => {
+                    assert_eq!(o.rank as u64 % ep, peer as u64 % ep, "edp ring");
+                    bytes
+                }
+                _ => 0,
+            })
+            .sum();
+        assert_eq!(
+            edp_sent,
+            held as u64 * (edp - 1) * (experts / edp * 2),
+            "tp {tp} dp {dp} ep {ep}"
+        );
+    }
+}
+
+/// Symmetric MoE steps (replicas held where the rotation moves whole expert groups)
+/// equal the full plan.
+#[test]
+fn a_symmetric_moe_step_equals_the_full_one() {
+    use flashoverlap::exec::sim;
+    use flashoverlap::strategy::build_with;
+    let mut sc = moe_layers(Workload::Step, 100.0, false, (2, 4, 1, 2));
+    sc.micro_batches = 2;
+    sc.hardware = config::load_hardware_nodes("dgx-h100", None, Some(4)).unwrap();
+    sc.hardware.topology = Topology::rail_fat_tree(
+        "rail",
+        &flashoverlap::topology::RailFatTreeSpec {
+            nodes: 4,
+            gpus_per_node: 2,
+            nodes_per_leaf: 2,
+            nvlink: LinkSpec {
+                bandwidth: 370e9,
+                latency: 0.5e-6,
+            },
+            nic: LinkSpec {
+                bandwidth: 48e9,
+                latency: 1e-6,
+            },
+            spine_latency: 1e-6,
+            oversubscription: 2.0,
+        },
+    )
+    .unwrap();
+    let o = opts().for_scenario(&sc);
+    for s in [Strategy::Sequential, Strategy::Flash] {
+        let full = build_with(&sc, sc.workload, s, false).unwrap();
+        let sym = build_with(&sc, sc.workload, s, true).unwrap();
+        assert!(sym.symmetry.is_some(), "{s}");
+        assert!(sym.op_count() < full.op_count(), "{s}");
+        let a = sim::simulate(&full, &sc.hardware, &o).unwrap();
+        let b = sim::simulate(&sym, &sc.hardware, &o).unwrap();
+        let end = |r: &sim::SimResult| r.times.iter().map(|t| t.end).fold(0.0, f64::max);
+        let (x, y) = (end(&a), end(&b));
+        assert!((x - y).abs() <= 1e-9 * x, "{s}: full {x} vs symmetric {y}");
+    }
+}

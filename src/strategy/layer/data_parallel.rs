@@ -111,22 +111,22 @@ impl Ctx<'_> {
 
     /// The next layer's parameters over the data-parallel group (all-gather `site`):
     /// the one prefetched in `pending`, else gathered now after `after`; with
-    /// `prefetch_next` the following layer's gather starts after `after` too (into
-    /// `pending`). The layer's next compute op waits for its parameters.
+    /// `prefetch_next` (whether the following layer is a MoE one) the following layer's
+    /// gather starts after `after` too (into `pending`). The layer's next compute op
+    /// waits for its parameters.
     pub(super) fn layer_params(
         &mut self,
         site: &str,
         pending: &mut Option<Vec<Vec<OpId>>>,
-        prefetch_next: bool,
+        prefetch_next: Option<bool>,
         after: &PerRank,
     ) -> Result<(), StrategyError> {
-        let piece = self.grad_piece();
         let params = match pending.take() {
             Some(g) => g,
-            None => self.dp_ring(site, piece, after)?,
+            None => self.params_ring(site, self.moe_layer, after)?,
         };
-        if prefetch_next {
-            *pending = Some(self.dp_ring(site, piece, after)?);
+        if let Some(next_moe) = prefetch_next {
+            *pending = Some(self.params_ring(site, next_moe, after)?);
         }
         for (g, p) in self.gate.iter_mut().zip(params) {
             g.extend(p);
@@ -134,10 +134,31 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    /// Gradient bytes of one layer per rank and ring step: the layer's parameters over
-    /// tp·dp.
+    /// One layer's parameter all-gather `site` (a MoE layer's or a dense one's): over
+    /// the data-parallel groups, and a MoE layer's experts over the expert
+    /// data-parallel groups beside it. Returns per built rank the ops that end it.
+    pub(super) fn params_ring(
+        &mut self,
+        site: &str,
+        moe_layer: bool,
+        after: &PerRank,
+    ) -> Result<Vec<Vec<OpId>>, StrategyError> {
+        let mut got = self.dp_ring(site, grad_piece_of(self.s, moe_layer), after)?;
+        if moe_layer {
+            let experts = site.replace("dp-ag", "edp-ag");
+            let piece = self.expert_piece();
+            let e = self.edp_ring(&experts, piece, after)?;
+            for (g, x) in got.iter_mut().zip(e) {
+                g.extend(x);
+            }
+        }
+        Ok(got)
+    }
+
+    /// Gradient bytes of the layer being built per rank and ring step: its synced
+    /// parameters over tp·dp.
     pub(super) fn grad_piece(&self) -> u64 {
-        grad_piece(self.s)
+        grad_piece_of(self.s, self.moe_layer)
     }
 
     /// The fused parameter Flash-AG of a layer's forward (`flash` at the data-parallel
@@ -212,16 +233,21 @@ impl Ctx<'_> {
     }
 }
 
+/// Bytes of one rank's share of one layer's gradients (or parameters) in its
+/// data-parallel group.
+pub(super) fn grad_piece(s: &LayerShape) -> u64 {
+    grad_piece_of(s, false)
+}
+
+/// [`grad_piece`] of a dense layer or (`moe_layer`) a MoE one.
+pub(super) fn grad_piece_of(s: &LayerShape, moe_layer: bool) -> u64 {
+    s.synced_params(moe_layer) / (s.ranks as u64 * s.sync() as u64) * s.dtype.bytes()
+}
+
 /// The data-parallel site's strategy: the `dp` site key, else `sequential` for
 /// sequential runs and `bulk` (the bucketed overlap) for every other. The Flash-fused
 /// data parallelism is asked for by name (`dp = flash`): it cuts every forward and wgrad
 /// GEMM dp ways, which pays at small dp and costs more than it hides at large dp.
-/// Bytes of one rank's share of one layer's gradients (or parameters) in its
-/// data-parallel group.
-pub(super) fn grad_piece(s: &LayerShape) -> u64 {
-    s.layer_params() / (s.ranks as u64 * s.sync() as u64) * s.dtype.bytes()
-}
-
 pub fn dp_strategy(run: Strategy, sites: &BTreeMap<String, Strategy>) -> Strategy {
     sites.get("dp").copied().unwrap_or(match run {
         Strategy::Sequential => Strategy::Sequential,

@@ -45,21 +45,23 @@ use crate::scenario::{
 use std::collections::BTreeMap;
 
 mod data_parallel;
+mod experts;
 pub mod pipeline;
 mod shape;
 mod ulysses;
 
 pub use data_parallel::dp_strategy;
 use data_parallel::grad_piece;
-pub use shape::{LayerShape, check_dp, check_layer, check_size};
+pub use experts::{block_shape, check_moe_sites, moe_strategy};
+pub use shape::{LayerMoe, LayerShape, check_dp, check_layer, check_size};
 
 /// Keys of per-site strategies: a linear's sites in both phases (`qkv`, `proj`, `fc1`,
 /// `fc2`, `head`: its forward AG+GEMM or GEMM+RS and its backward dgrad), or one phase
 /// (`fwd.fc2`, `bwd.fc1`, …). A phase key wins over a unit key, which wins over the run's
 /// strategy.
-pub const SITE_KEYS: [&str; 17] = [
+pub const SITE_KEYS: [&str; 18] = [
     "qkv", "proj", "fc1", "fc2", "head", "fwd.qkv", "fwd.proj", "fwd.fc1", "fwd.fc2", "fwd.head",
-    "bwd.qkv", "bwd.proj", "bwd.fc1", "bwd.fc2", "bwd.head", "dp", "a2a",
+    "bwd.qkv", "bwd.proj", "bwd.fc1", "bwd.fc2", "bwd.head", "dp", "a2a", "moe",
 ];
 
 struct Ctx<'a> {
@@ -92,6 +94,25 @@ struct Ctx<'a> {
     /// (empty without pipeline parallelism).
     pp_send: Vec<StreamId>,
     pp_recv: Vec<StreamId>,
+    /// The stage's MoE blocks (a mixture-of-experts model's), and whether the layer
+    /// being built is a MoE layer.
+    moe: Option<MoeParts>,
+    moe_layer: bool,
+    /// A training step's layers (else one layer: a MoE model's is a MoE layer).
+    step: bool,
+}
+
+/// What a stage's MoE layers are built with: the block as each rank sees it, its
+/// strategy, the held expert-parallel groups (group q: built ranks q·ep .. q·ep + ep)
+/// and the expert data-parallel groups (position e: built ranks e, ep + e, …; empty
+/// when each expert has one holder), and the expert gradient buckets left for after a
+/// `sequential` backward.
+struct MoeParts {
+    shape: super::moe::MoeShape,
+    strategy: Strategy,
+    groups: Vec<super::moe::Members>,
+    edp: Vec<RankStreams>,
+    late: Vec<u64>,
 }
 
 /// The machine the data-parallel collectives of a layer or step run over as NCCL runs
@@ -452,6 +473,10 @@ impl Ctx<'_> {
             return Ok(r1);
         }
         let n2 = self.elt("fwd.norm", 2, &r1)?;
+        if self.moe_layer {
+            let y = self.moe_fwd(&n2)?;
+            return self.elt("fwd.residual", 3, &y);
+        }
         let fc1 = self.ag_gemm(fc1_st, "fwd.fc1", h, s.fc1_width, &n2)?;
         let act = self.activation(fc1_st, "fwd.act", &fc1)?;
         let fc2 = self.gemm_rs(fc2_st, "fwd.fc2", s.ffn, &act, fc1_st)?;
@@ -471,6 +496,9 @@ impl Ctx<'_> {
         );
         let r2 = if s.attention_only {
             dy.clone()
+        } else if self.moe_layer {
+            let dx = self.moe_bwd(dy)?;
+            self.elt("bwd.norm", 3, &dx)?
         } else {
             self.mlp_bwd(dy, fc1_st, fc2_st)?
         };
@@ -621,6 +649,7 @@ fn concat_blocks(parts: Vec<Blocks>) -> Blocks {
 /// action that needs it and sending its output on its `pp-send` stream: one
 /// sequence-parallel shard (tokens/tp rows of h) from each tensor rank to the same tensor
 /// rank of the neighbouring stage, over the topology.
+#[allow(clippy::too_many_arguments)]
 pub fn build(
     s: &LayerShape,
     strategy: Strategy,
@@ -629,11 +658,18 @@ pub fn build(
     shift: Option<u32>,
     net: Option<Net>,
     max_ops: usize,
+    shares: &[f64],
 ) -> Result<Plan, StrategyError> {
-    for st in std::iter::once(&strategy).chain(sites.values()) {
+    for (key, st) in
+        std::iter::once(("", &strategy)).chain(sites.iter().map(|(k, v)| (k.as_str(), v)))
+    {
+        if key == "moe" {
+            continue;
+        }
         check_layer(*st, s, step)?;
         check_size(*st, s, step)?;
     }
+    check_moe_sites(s, moe_strategy(strategy, sites))?;
     check_dp(s, dp_strategy(strategy, sites), step)?;
     let (tp, dp, u, pp) = (s.ranks, s.dp, s.ulysses.max(1), s.pp.max(1));
     if pp > 1 && !step {
@@ -659,7 +695,9 @@ pub fn build(
             if rotates
                 && sh % replica == 0
                 && world % sh == 0
-                && (world <= node || sh % node == 0) =>
+                && (world <= node || sh % node == 0)
+                // Expert-parallel groups are whole within the held ranks.
+                && s.moe.is_none_or(|m| (sh / pp) % m.ep.max(1) == 0) =>
         {
             sh / (tp * pp)
         }
@@ -708,9 +746,15 @@ pub fn build(
     let mut late_buckets: Vec<u64> = Vec::new();
     for p in 0..pp {
         let mut c = stage(b, s, strategy, sites, &par, p, built, net)?;
+        c.step = step;
         let n = c.n();
+        let rank = |i: usize| {
+            let (g, t) = ((i / tp as usize) as u32, (i % tp as usize) as u32);
+            par.rank_of4(p as u64, (g / u) as u64, (g % u) as u64, t as u64) as u32
+        };
+        c.add_moe(shares, n, (groups_all * tp) as usize, &rank);
         let dps = c.dp_strategy();
-        let piece = c.grad_piece();
+        let is_moe = |l: u64| s.is_moe_layer(l, step);
         // The stage's last compute op per rank (its compute stream is in order).
         let mut x: PerRank = vec![None; n];
         for a in pipeline::order(schedule, pp as u64, p as u64, mbs) {
@@ -769,18 +813,21 @@ pub fn build(
                 // The first gather starts after the stage's previous action, beside
                 // the receive of the gradient (or the head's backward).
                 let first = x.clone();
+                let top = first_layer + per_chunk - 1;
                 let mut gathered = if prefetch {
-                    Some(c.dp_ring("bwd.dp-ag", piece, &first)?)
+                    Some(c.params_ring("bwd.dp-ag", is_moe(top), &first)?)
                 } else {
                     None
                 };
                 for i in 0..per_chunk {
-                    let layer = Some(first_layer + per_chunk - 1 - i);
+                    let l = top - i;
+                    let layer = Some(l);
                     c.b.set_scope(scope(layer, Pass::Backward));
                     c.grads = vec![None; n];
+                    c.moe_layer = is_moe(l);
                     if regather {
                         let after = if i == 0 { first.clone() } else { y.clone() };
-                        let next = prefetch && i + 1 < per_chunk;
+                        let next = (prefetch && i + 1 < per_chunk).then(|| is_moe(l - 1));
                         c.layer_params("bwd.dp-ag", &mut gathered, next, &after)?;
                     }
                     if s.recompute == Recompute::Full {
@@ -791,6 +838,7 @@ pub fn build(
                         c.b.set_scope(scope(layer, Pass::Backward));
                     }
                     y = c.layer_bwd(&y)?;
+                    let piece = c.grad_piece();
                     y = c.reduce_bucket(dps, &y, &mut late_buckets, piece)?;
                 }
                 c.b.set_scope(scope(None, Pass::Backward));
@@ -812,6 +860,7 @@ pub fn build(
                 .map(|(a, d)| d.iter().copied().max().or(*a))
                 .collect();
         }
+        c.late_expert_buckets(&x)?;
         b = c.b;
     }
     let flops = if step {
@@ -964,6 +1013,9 @@ fn stage<'a>(
         gate: vec![Vec::new(); n],
         pp_send,
         pp_recv,
+        moe: None,
+        moe_layer: false,
+        step: false,
     };
     // Tensor-parallel groups that span nodes run their ring collectives (sequential,
     // bulk and chunked sites) on an NCCL communicator of their own, with the protocol
@@ -1023,18 +1075,20 @@ impl Ctx<'_> {
             pass: Pass::Forward,
         };
         let dps = self.dp_strategy();
-        let piece = self.grad_piece();
         let fused = gather && dps == Strategy::Flash && self.s.sync() > 1;
         let prefetch = gather && dps == Strategy::Bulk;
         let first = if received { prev } else { input };
+        let (shape, step) = (self.s, self.step);
+        let is_moe = |l: u64| shape.is_moe_layer(l, step);
         let mut gathered = if prefetch {
-            Some(self.dp_ring("fwd.dp-ag", piece, first)?)
+            Some(self.params_ring("fwd.dp-ag", is_moe(first_layer), first)?)
         } else {
             None
         };
         let mut x = input.clone();
         for i in 0..layers {
             self.b.set_scope(scope(i));
+            self.moe_layer = is_moe(first_layer + i);
             if fused {
                 let after = if i == 0 { first.clone() } else { x.clone() };
                 self.gather_weights(&after)?;
@@ -1044,7 +1098,7 @@ impl Ctx<'_> {
             }
             if gather {
                 let after = if i == 0 { first.clone() } else { x.clone() };
-                let next = prefetch && i + 1 < layers;
+                let next = (prefetch && i + 1 < layers).then(|| is_moe(first_layer + i + 1));
                 self.layer_params("fwd.dp-ag", &mut gathered, next, &after)?;
             }
             x = self.layer_fwd(&x)?;
@@ -1155,7 +1209,42 @@ mod tests {
             causal: true,
             attention_only: false,
             forward_only: false,
+            moe: None,
         }
+    }
+
+    /// A MoE layer's model FLOPs count what a token passes: attention, the router and
+    /// its top-k experts (Mixtral-8x7B: 12.9 B active parameters of 46.7 B, its paper's
+    /// figure, from the hand count 32 · (41.9 M + 32 k + 2 · 176.2 M) + 262 M). A step
+    /// counts a family's first dense layers as dense ones.
+    #[test]
+    fn moe_model_flops_count_the_active_parameters() {
+        let m = crate::config::load_model("mixtral-8x7b", None).unwrap();
+        let mut s = shape("mixtral-8x7b", 1, 1, 4096);
+        s.moe = LayerMoe::from_model(&m, 8);
+        let moe = s.moe.unwrap();
+        let (h, t): (f64, f64) = (4096.0, 4096.0);
+        let active = (h * 48.0 * 128.0 + h * h) + h * 8.0 + 2.0 * 3.0 * h * 14336.0;
+        let active_model = 32.0 * active + 2.0 * 32000.0 * h;
+        assert!((active_model / 1e9 - 12.9).abs() < 0.05, "{active_model}");
+        let attention = 6.0 * h * t * (t + 1.0);
+        assert_eq!(s.layer_model_flops(), 6.0 * active * t + attention);
+        // Expert parallelism moves work, not FLOPs.
+        let mut one = s;
+        one.moe = LayerMoe::from_model(&m, 1);
+        assert_eq!(one.layer_model_flops(), s.layer_model_flops());
+        // Two dense first layers (DeepSeek keeps three) in a step of four micro-batches.
+        s.moe = Some(LayerMoe {
+            dense_layers: 2,
+            ..moe
+        });
+        s.micro_batches = 4;
+        let dense = s.layer_model_flops_of(false);
+        assert_eq!(dense, 6.0 * s.layer_params() as f64 * t + attention);
+        let head = 6.0 * 32000.0 * h * t;
+        let want = 4.0 * (2.0 * dense + 30.0 * s.layer_model_flops_of(true) + head);
+        assert_eq!(s.step_model_flops(), want);
+        assert!(s.is_moe_layer(2, true) && !s.is_moe_layer(1, true) && s.is_moe_layer(0, false));
     }
 
     /// Hand-computed model FLOPs per preset (one layer, fwd + bwd, one micro-batch):
@@ -1213,6 +1302,7 @@ mod tests {
                 None,
                 None,
                 usize::MAX,
+                &[],
             )
             .unwrap();
             p.check_deadlock_free().unwrap();
@@ -1243,7 +1333,7 @@ mod tests {
     fn the_plan_carries_the_model_flops_and_every_site() {
         let s = shape("llama-3-8b", 4, 1, 2048);
         for st in [Strategy::Sequential, Strategy::Chunked(4), Strategy::Flash] {
-            let p = build(&s, st, &BTreeMap::new(), false, None, None, usize::MAX).unwrap();
+            let p = build(&s, st, &BTreeMap::new(), false, None, None, usize::MAX, &[]).unwrap();
             assert_eq!(p.model_flops, s.layer_model_flops());
             assert!(!p.has_dataflow());
             for site in [
@@ -1302,10 +1392,30 @@ mod tests {
     fn per_site_strategies_change_only_their_sites() {
         let s = shape("llama-3-8b", 4, 1, 2048);
         let mut sites = BTreeMap::new();
-        let plain = build(&s, Strategy::Flash, &sites, false, None, None, usize::MAX).unwrap();
+        let plain = build(
+            &s,
+            Strategy::Flash,
+            &sites,
+            false,
+            None,
+            None,
+            usize::MAX,
+            &[],
+        )
+        .unwrap();
         sites.insert("fc2".to_string(), Strategy::Chunked(4));
         sites.insert("bwd.qkv".to_string(), Strategy::Sequential);
-        let mixed = build(&s, Strategy::Flash, &sites, false, None, None, usize::MAX).unwrap();
+        let mixed = build(
+            &s,
+            Strategy::Flash,
+            &sites,
+            false,
+            None,
+            None,
+            usize::MAX,
+            &[],
+        )
+        .unwrap();
         mixed.check_deadlock_free().unwrap();
         let count = |p: &Plan, site: &str| {
             let i = p.sites.iter().position(|x| x == site).unwrap() as u16;
@@ -1327,7 +1437,7 @@ mod tests {
     fn query_split_conserves_attention_work_and_slices_grow() {
         let s = shape("llama-3-8b", 4, 1, 4096);
         let flops = |st: Strategy| {
-            let p = build(&s, st, &BTreeMap::new(), false, None, None, usize::MAX).unwrap();
+            let p = build(&s, st, &BTreeMap::new(), false, None, None, usize::MAX, &[]).unwrap();
             let mut v: Vec<f64> = p
                 .ops
                 .iter()

@@ -41,6 +41,70 @@ pub struct LayerShape {
     pub attention_only: bool,
     /// The forward pass alone (no backward, no gradient sync).
     pub forward_only: bool,
+    /// A mixture-of-experts model's MoE layers (`None`: every layer dense).
+    pub moe: Option<LayerMoe>,
+}
+
+/// The MoE layers of a mixture-of-experts model as a layer or step lays them out: the
+/// MLP block replaced by the MoE block over expert-parallel groups drawn from a stage's
+/// ranks (Megatron-Core's MoE parallel folding, expert tensor parallelism 1): `ep`
+/// consecutive ranks of the stage (tp fastest, then Ulysses, then dp) form a group,
+/// each routing its own tokens (its sequence-parallel shard) over the group's experts,
+/// which it holds whole. Expert weights are shared by the stage's ranks that hold the
+/// same experts — the expert data-parallel group of tp · ulysses · dp / ep ranks.
+/// Shared experts run whole on each rank's own tokens, as the routed ones do.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LayerMoe {
+    pub ep: u32,
+    pub experts: u64,
+    pub top_k: u64,
+    /// One expert's FC1 output width (2 · its FFN width when gated) and FFN width.
+    pub expert_fc1: u64,
+    pub expert_ffn: u64,
+    /// The shared experts' FC1 output and FFN widths (0: none).
+    pub shared_fc1: u64,
+    pub shared_ffn: u64,
+    /// The first layers of a step that stay dense.
+    pub dense_layers: u64,
+}
+
+impl LayerMoe {
+    pub fn of(sc: &Scenario) -> Option<LayerMoe> {
+        LayerMoe::from_model(&sc.model, sc.parallel.ep)
+    }
+
+    /// `model`'s MoE layers at expert parallelism `ep` (`None` for a dense model).
+    pub fn from_model(model: &crate::scenario::Model, ep: u64) -> Option<LayerMoe> {
+        let moe = model.moe?;
+        let gate = if model.activation.gated() { 2 } else { 1 };
+        Some(LayerMoe {
+            ep: ep.min(u32::MAX as u64) as u32,
+            experts: moe.experts,
+            top_k: moe.top_k,
+            expert_fc1: gate * moe.expert_ffn,
+            expert_ffn: moe.expert_ffn,
+            shared_fc1: gate * moe.shared_ffn,
+            shared_ffn: moe.shared_ffn,
+            dense_layers: moe.dense_layers,
+        })
+    }
+
+    /// Parameters of one MoE layer's router and shared experts (held by every rank,
+    /// synchronized over the data-parallel group as the attention's are).
+    pub fn dense_params(&self, hidden: u64) -> u64 {
+        hidden * self.experts + hidden * (self.shared_fc1 + self.shared_ffn)
+    }
+
+    /// Parameters of one MoE layer's routed experts held by one rank.
+    pub fn local_expert_params(&self, hidden: u64) -> u64 {
+        self.experts / self.ep.max(1) as u64 * hidden * (self.expert_fc1 + self.expert_ffn)
+    }
+
+    /// Parameters one token passes through in a MoE layer's MLP: the router, its top-k
+    /// experts and the shared experts.
+    pub fn active_params(&self, hidden: u64) -> u64 {
+        self.dense_params(hidden) + self.top_k * hidden * (self.expert_fc1 + self.expert_ffn)
+    }
 }
 
 impl LayerShape {
@@ -69,7 +133,20 @@ impl LayerShape {
             causal: sc.causal,
             attention_only: sc.workload == crate::scenario::Workload::Attention,
             forward_only: sc.forward_only,
+            moe: LayerMoe::of(sc).filter(|_| sc.workload != crate::scenario::Workload::Attention),
         }
+    }
+
+    /// Whether layer `layer` of the model is a MoE layer (a lone layer of a MoE model
+    /// is one: the dense ones are a step's first few).
+    pub fn is_moe_layer(&self, layer: u64, step: bool) -> bool {
+        self.moe.is_some_and(|m| !step || layer >= m.dense_layers)
+    }
+
+    /// Expert data-parallel ranks: those of a stage holding the same experts.
+    pub fn expert_sync(&self) -> u32 {
+        let ep = self.moe.map_or(1, |m| m.ep.max(1));
+        (self.ranks * self.sync() / ep).max(1)
     }
 
     /// Tokens one tensor-parallel group works on: batch · seq / ulysses.
@@ -100,11 +177,33 @@ impl LayerShape {
         (self.heads + 2 * kv) * self.head_dim()
     }
 
-    /// Parameters of the linear layers of one layer (norms and biases left out):
+    /// Parameters of the linear layers of one dense layer (norms and biases left out):
     /// h·(heads + 2·kv)·d + h·h + h·fc1_width + ffn·h.
     pub fn layer_params(&self) -> u64 {
         let h = self.hidden;
         self.attention_params() + h * self.fc1_width + self.ffn * h
+    }
+
+    /// Parameters of one layer that every rank of a tensor-parallel group shards and the
+    /// data-parallel group synchronizes: a dense layer's linears, or a MoE layer's
+    /// attention, router and shared experts (the tensor-parallel ranks hold the latter
+    /// two whole, so they count tp times).
+    pub fn synced_params(&self, moe_layer: bool) -> u64 {
+        match self.moe {
+            Some(m) if moe_layer => {
+                self.attention_params() + m.dense_params(self.hidden) * self.ranks as u64
+            }
+            _ => self.layer_params(),
+        }
+    }
+
+    /// Parameters one token passes through in one layer (for model FLOPs).
+    fn active_params(&self, moe_layer: bool) -> u64 {
+        match self.moe {
+            _ if self.attention_only => self.attention_params(),
+            Some(m) if moe_layer => self.attention_params() + m.active_params(self.hidden),
+            _ => self.layer_params(),
+        }
     }
 
     /// Model FLOPs of one layer forward + backward for one micro-batch (see the module
@@ -112,13 +211,15 @@ impl LayerShape {
     /// attention block alone counts its own parameters (QKV and out-projection); the
     /// forward alone a third (2·P·T + the attention forward).
     pub fn layer_model_flops(&self) -> f64 {
+        self.layer_model_flops_of(self.moe.is_some())
+    }
+
+    /// [`LayerShape::layer_model_flops`] of a dense layer or a MoE one (a MoE layer
+    /// counts the parameters a token passes: the router, top-k experts, shared ones).
+    pub fn layer_model_flops_of(&self, moe_layer: bool) -> f64 {
         let t = self.replica_tokens() as f64;
         let (h, s) = (self.hidden as f64, self.seq as f64);
-        let params = if self.attention_only {
-            self.attention_params()
-        } else {
-            self.layer_params()
-        };
+        let params = self.active_params(moe_layer);
         let attention = if self.causal {
             6.0 * h * t * (s + 1.0)
         } else {
@@ -134,11 +235,17 @@ impl LayerShape {
         h * (self.heads + 2 * self.kv_heads) * self.head_dim() + h * h
     }
 
-    /// Model FLOPs of a step: layers, the LM head (6·V·h·T), every micro-batch.
+    /// Model FLOPs of a step: layers (a MoE model's first `dense_layers` dense, the
+    /// rest MoE), the LM head (6·V·h·T), every micro-batch.
     pub fn step_model_flops(&self) -> f64 {
         let t = self.replica_tokens() as f64;
         let head = 6.0 * self.vocab as f64 * self.hidden as f64 * t;
-        self.micro_batches as f64 * (self.layers as f64 * self.layer_model_flops() + head)
+        let dense = self
+            .moe
+            .map_or(self.layers, |m| m.dense_layers.min(self.layers));
+        let layers = dense as f64 * self.layer_model_flops_of(false)
+            + (self.layers - dense) as f64 * self.layer_model_flops_of(true);
+        self.micro_batches as f64 * (layers + head)
     }
 
     /// A site's view for the shared site builders: K = `k`, the row-parallel input width
@@ -200,7 +307,17 @@ pub fn check_size(strategy: Strategy, s: &LayerShape, step: bool) -> Result<(), 
     let n = s.ranks as u64;
     let nb = blocks(strategy, s.ranks);
     let site = (nb + 1).saturating_mul(3 * n);
-    let per_layer = site.saturating_mul(10).saturating_add(20);
+    let mut per_layer = site.saturating_mul(10).saturating_add(20);
+    if let Some(m) = s.moe {
+        // A MoE block per pass: two all-to-alls of a send and a receive per peer (per
+        // chunk), an expert GEMM triple per source, the weight gradients.
+        let chunks = match strategy {
+            Strategy::Chunked(k) => k as u64,
+            _ => 1,
+        };
+        per_layer =
+            per_layer.saturating_add((m.ep as u64).saturating_mul(16).saturating_mul(chunks));
+    }
     let layers = if step { s.layers } else { 1 };
     let per_mb = layers.saturating_mul(per_layer).saturating_add(if step {
         site.saturating_mul(3) + 4
@@ -233,6 +350,11 @@ pub fn check_dp(s: &LayerShape, st: Strategy, step: bool) -> Result<(), Strategy
     }
     let dp = s.sync() as u64;
     let n = s.ranks as u64;
+    if st == Strategy::Flash && s.moe.is_some() {
+        return Err(StrategyError::Unsupported(
+            "the Flash-fused data parallelism (dp = flash) is not built for MoE layers; use dp = bulk or sequential",
+        ));
+    }
     if st == Strategy::Flash {
         let h = s.hidden;
         let mut rows = vec![

@@ -639,7 +639,7 @@ mod tests {
 /// A layout that does not fit in its GPUs' memory.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error(
-    "does not fit: {need:.1} GiB per GPU ({parts}) but {hardware}'s GPUs have {capacity:.1} GiB; \
+    "does not fit: {need:.1} GiB per GPU ({parts}) but the GPUs of {hardware} have {capacity:.1} GiB; \
      shard it more (tp, pp, dp with ZeRO), recompute activations (recompute), use fewer \
      micro-batches in flight, or allow it (--allow-oom) to simulate it anyway"
 )]

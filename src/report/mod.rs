@@ -116,13 +116,38 @@ pub struct MoeReport {
     pub rank_shares: Vec<f64>,
     /// The busiest rank's routed rows over the mean (1 when balanced).
     pub imbalance_x: f64,
+    /// In layers and steps: the ranks of a stage that share each expert's weights (the
+    /// expert data-parallel group, tp · ulysses · dp / ep), and the MoE site's strategy
+    /// when one is set (`sites.moe`; else each run's strategy maps onto sequential,
+    /// chunked:K or flash-ep).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expert_dp: Option<u64>,
+    /// Layers of a step that are MoE ones (a family keeps its first few dense).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub moe_layers: Option<u64>,
 }
 
 fn moe_report(sc: &Scenario) -> Option<MoeReport> {
-    if sc.workload != Workload::Moe {
-        return None;
-    }
-    let m = crate::strategy::moe::MoeShape::of(sc).ok()?;
+    let (m, expert_dp, moe_layers) = match sc.workload {
+        Workload::Moe => (crate::strategy::moe::MoeShape::of(sc).ok()?, None, None),
+        Workload::Layer | Workload::Step => {
+            use crate::strategy::layer::{LayerShape, block_shape};
+            let s = LayerShape::of(sc);
+            let lm = s.moe?;
+            let shares = sc.routing.rank_shares(lm.experts, sc.parallel.ep);
+            let layers = if sc.workload == Workload::Step {
+                s.layers.saturating_sub(lm.dense_layers)
+            } else {
+                1
+            };
+            (
+                block_shape(&s, &lm, &shares),
+                Some(s.expert_sync() as u64),
+                Some(layers),
+            )
+        }
+        _ => return None,
+    };
     Some(MoeReport {
         ep: sc.parallel.ep,
         experts: m.experts,
@@ -131,6 +156,8 @@ fn moe_report(sc: &Scenario) -> Option<MoeReport> {
         routing: sc.routing.describe(),
         rank_shares: m.shares.iter().map(|&x| ratio(x)).collect(),
         imbalance_x: ratio(m.imbalance()),
+        expert_dp,
+        moe_layers,
     })
 }
 
@@ -713,8 +740,19 @@ pub fn table(sc: &Scenario, run: &ScenarioRun) -> String {
         out.push_str(&line);
     }
     if let Some(m) = moe_report(sc) {
+        let groups = match (m.expert_dp, m.moe_layers) {
+            (Some(edp), Some(layers)) => format!(
+                "; ep groups of {} consecutive ranks, each expert's weights on {} rank{} (expert dp); {} MoE layer{}",
+                m.ep,
+                edp,
+                if edp == 1 { "" } else { "s" },
+                layers,
+                if layers == 1 { "" } else { "s" }
+            ),
+            _ => String::new(),
+        };
         out.push_str(&format!(
-            "moe: {} experts, {} per rank, top-{}; routing {}: the busiest rank gets {:.2}x the mean of routed tokens\n",
+            "moe: {} experts, {} per rank, top-{}; routing {}: the busiest rank gets {:.2}x the mean of routed tokens{groups}\n",
             m.experts, m.experts_per_rank, m.top_k, m.routing, m.imbalance_x
         ));
     }

@@ -522,8 +522,14 @@ fn tokens_run(sc: &Scenario) -> f64 {
     } else {
         1
     };
-    // A MoE block's ranks each hold their own tokens.
-    sc.tokens() as f64 * mb as f64 * sc.parallel.dp as f64 * sc.parallel.ep as f64
+    // A MoE block's ranks each hold their own tokens; in layers and steps the expert
+    // groups are drawn from the data-parallel replicas, so ep adds none.
+    let ep = if sc.workload == crate::scenario::Workload::Moe {
+        sc.parallel.ep
+    } else {
+        1
+    };
+    sc.tokens() as f64 * mb as f64 * sc.parallel.dp as f64 * ep as f64
 }
 
 /// `rank 0` or `ranks 0..h−1`.

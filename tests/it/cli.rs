@@ -137,6 +137,50 @@ fn default_simulate_json() {
     insta::assert_snapshot!("default_json", j);
 }
 
+/// Tokens per second count each data-parallel replica's tokens once: in a MoE layer the
+/// expert-parallel groups are drawn from the replicas, so `--ep` adds no tokens (in
+/// the moe workload every rank holds its own).
+#[test]
+fn moe_tokens_per_second_count_every_replica_once() {
+    let figures = |args: &[&str]| -> (f64, f64) {
+        let j = stdout(
+            &[
+                &["simulate", "--format", "json", "--strategy", "sequential"],
+                args,
+            ]
+            .concat(),
+        );
+        let v: serde_json::Value = serde_json::from_str(&j).unwrap();
+        let r = &v["results"][0];
+        (
+            r["makespan_us"].as_f64().unwrap(),
+            r["tokens_per_s"].as_f64().unwrap(),
+        )
+    };
+    let base = [
+        "--model",
+        "mixtral-8x7b",
+        "--seq",
+        "1k",
+        "--batch",
+        "2",
+        "--tp",
+        "1",
+    ];
+    let (makespan, tps) = figures(
+        &[
+            &base[..],
+            &["--workload", "layer", "--dp", "4", "--ep", "4"],
+        ]
+        .concat(),
+    );
+    let want = 2.0 * 1024.0 * 4.0 / (makespan * 1e-6);
+    assert!((tps - want).abs() <= 1e-6 * want, "layer: {tps} vs {want}");
+    let (makespan, tps) = figures(&[&base[..], &["--workload", "moe", "--ep", "4"]].concat());
+    let want = 2.0 * 1024.0 * 4.0 / (makespan * 1e-6);
+    assert!((tps - want).abs() <= 1e-6 * want, "moe: {tps} vs {want}");
+}
+
 #[test]
 fn json_and_trace_are_byte_identical_across_runs() {
     let d = tempfile::tempdir().unwrap();

@@ -954,16 +954,16 @@ fn a_moe_block_with_compute_free_is_its_communication_critical_path() {
 }
 
 /// A mixture-of-experts model's layer or step on 8 GPUs of a contention-free full
-/// mesh: `tp` × `dp` (× `pp` for a step) with expert-parallel groups of `ep` drawn from
-/// each stage's ranks, every layer a MoE one (Mixtral, two layers).
+/// mesh: `tp` × `ulysses` × `dp` (× `pp` for a step) with expert-parallel groups of
+/// `ep` drawn from each stage's ranks, every layer a MoE one (Mixtral, two layers).
 fn moe_layers(
     workload: Workload,
     gbps: f64,
     free_compute: bool,
-    par: (u64, u64, u64, u64),
+    par: (u64, u64, u64, u64, u64),
 ) -> Scenario {
-    let (tp, dp, pp, ep) = par;
-    let mut sc = scenario_u(workload, gbps, free_compute, dp, 1);
+    let (tp, u, dp, pp, ep) = par;
+    let mut sc = scenario_u(workload, gbps, free_compute, dp, u);
     sc.model = config::load_model("mixtral-8x7b", None).unwrap();
     sc.model.layers = 2;
     sc.parallel.tp = tp;
@@ -973,14 +973,16 @@ fn moe_layers(
     sc
 }
 
-/// (workload, tp, dp, pp, ep): expert groups inside a tensor-parallel group's
-/// replicas, across them, over the whole stage, and a pipeline of two stages.
-const MOE_CASES: [(Workload, (u64, u64, u64, u64)); 5] = [
-    (Workload::Layer, (2, 4, 1, 4)),
-    (Workload::Layer, (1, 8, 1, 8)),
-    (Workload::Layer, (4, 2, 1, 2)),
-    (Workload::Step, (2, 2, 2, 4)),
-    (Workload::Step, (1, 4, 2, 2)),
+/// (workload, tp, ulysses, dp, pp, ep): expert groups inside a tensor-parallel group's
+/// replicas, across them, over the whole stage, across Ulysses ranks, and a pipeline of
+/// two stages.
+const MOE_CASES: [(Workload, (u64, u64, u64, u64, u64)); 6] = [
+    (Workload::Layer, (2, 1, 4, 1, 4)),
+    (Workload::Layer, (1, 1, 8, 1, 8)),
+    (Workload::Layer, (4, 1, 2, 1, 2)),
+    (Workload::Layer, (2, 2, 2, 1, 8)),
+    (Workload::Step, (2, 1, 2, 2, 4)),
+    (Workload::Step, (1, 2, 2, 2, 2)),
 ];
 
 /// MoE layers composed with tp, dp and pp follow the compute critical path when
@@ -1033,7 +1035,7 @@ fn moe_layers_with_compute_free_are_their_communication_critical_path() {
 #[test]
 fn moe_layers_move_their_closed_form_bytes_within_their_groups() {
     for (tp, dp, ep) in [(2u64, 4u64, 4u64), (1, 8, 8), (4, 2, 2), (2, 4, 8)] {
-        let sc = moe_layers(Workload::Layer, 100.0, false, (tp, dp, 1, ep));
+        let sc = moe_layers(Workload::Layer, 100.0, false, (tp, 1, dp, 1, ep));
         let r = run_strategy(&sc, Strategy::Flash, &opts()).unwrap();
         let plan = &r.plan;
         let (h, k) = (4096u64, 2u64);
@@ -1089,7 +1091,7 @@ fn moe_layers_move_their_closed_form_bytes_within_their_groups() {
 fn a_symmetric_moe_step_equals_the_full_one() {
     use flashoverlap::exec::sim;
     use flashoverlap::strategy::build_with;
-    let mut sc = moe_layers(Workload::Step, 100.0, false, (2, 4, 1, 2));
+    let mut sc = moe_layers(Workload::Step, 100.0, false, (2, 1, 4, 1, 2));
     sc.micro_batches = 2;
     sc.hardware = config::load_hardware_nodes("dgx-h100", None, Some(4)).unwrap();
     sc.hardware.topology = Topology::rail_fat_tree(

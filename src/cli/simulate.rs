@@ -53,11 +53,12 @@ pub struct Args {
     /// or `gpipe`.
     #[arg(long)]
     pub pp_schedule: Option<String>,
-    /// Expert-parallel degree (workload `moe`): each rank holds experts / ep of a MoE
-    /// layer's routed experts.
+    /// Expert-parallel degree of a MoE model (workload `moe`, or its layers and steps,
+    /// where ep divides a stage's tp × ulysses × dp ranks): each rank holds experts / ep
+    /// of a MoE layer's routed experts.
     #[arg(long, value_parser = parse_count)]
     pub ep: Option<i64>,
-    /// How the router spreads tokens over experts (workload `moe`): `uniform` (default),
+    /// How the router spreads tokens over experts (MoE models): `uniform` (default),
     /// `zipf:S` (expert e gets a share ∝ 1/(e+1)^S, experts in order on the ranks) or a
     /// relative load per expert-parallel rank (`4,1,1,1,1,1,1,1`).
     #[arg(long, value_name = "SKEW")]

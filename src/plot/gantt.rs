@@ -115,6 +115,22 @@ struct LaneRow {
     y1: f64,
     row: Row,
     comm: bool,
+    /// Further streams drawn on this row: an NCCL communicator's per-channel slot
+    /// streams share one lane (a data-parallel ring has channels × slots × 2 of them
+    /// on every rank; a lane each would make a rank thousands of pixels tall).
+    merged: Vec<u32>,
+}
+
+/// The lane an NCCL slot stream (`{name}-ch{c}-{send|recv}{slot}`) is drawn on: its
+/// communicator's `name`; `None` for any other stream.
+fn channel_group(stream: &str) -> Option<&str> {
+    let (head, tail) = stream.rsplit_once('-')?;
+    let slot = tail
+        .strip_prefix("send")
+        .or_else(|| tail.strip_prefix("recv"))?;
+    let (name, ch) = head.rsplit_once("-ch")?;
+    let digits = |x: &str| !x.is_empty() && x.bytes().all(|b| b.is_ascii_digit());
+    (digits(slot) && digits(ch) && !name.is_empty()).then_some(name)
 }
 
 /// `[1, 2, 3, 5]` → `1–3, 5`.
@@ -317,19 +333,33 @@ impl Gantt<'_> {
                     y1: y + BAND,
                     row: Row::Bands(r),
                     comm: false,
+                    merged: Vec::new(),
                 });
                 y += BAND;
             }
+            let mut channel_rows: HashMap<&str, usize> = HashMap::new();
             for (i, s) in t.streams.iter().enumerate() {
                 if s.rank != r {
                     continue;
                 }
+                let group = channel_group(&s.name);
+                if let Some(&at) = group.and_then(|g| channel_rows.get(g)) {
+                    rows[at].merged.push(i as u32);
+                    continue;
+                }
+                if let Some(g) = group {
+                    channel_rows.insert(g, rows.len());
+                }
                 rows.push(LaneRow {
-                    label: format!("rank {r} {}", s.name),
+                    label: match group {
+                        Some(g) => format!("rank {r} {g} (NCCL channels)"),
+                        None => format!("rank {r} {}", s.name),
+                    },
                     y0: y,
                     y1: y + 1.0,
                     row: Row::Stream(i as u32),
                     comm: s.kind == StreamKind::Comm,
+                    merged: Vec::new(),
                 });
                 y += 1.0;
             }
@@ -339,6 +369,7 @@ impl Gantt<'_> {
                 y1: y + STRIP,
                 row: Row::Exposed(r),
                 comm: false,
+                merged: Vec::new(),
             });
             y += STRIP;
             if !like.is_empty() {
@@ -349,6 +380,7 @@ impl Gantt<'_> {
                     y1: y + NOTE,
                     row: Row::Note,
                     comm: false,
+                    merged: Vec::new(),
                 });
                 y += NOTE;
             }
@@ -592,9 +624,14 @@ impl Figure for Gantt<'_> {
             }
             let by_stream: HashMap<u32, &LaneRow> = lanes
                 .iter()
-                .filter_map(|l| match l.row {
-                    Row::Stream(s) => Some((s, l)),
-                    _ => None,
+                .flat_map(|l| {
+                    let own = match l.row {
+                        Row::Stream(s) => Some(s),
+                        _ => None,
+                    };
+                    own.into_iter()
+                        .chain(l.merged.iter().copied())
+                        .map(move |s| (s, l))
                 })
                 .collect();
             let main_bars = coalesce(bars(p.main, &by_stream, div), 1.0 / px_per_unit, (x0, x1));
@@ -729,6 +766,23 @@ fn bars(t: &Timeline, lanes: &HashMap<u32, &LaneRow>, div: f64) -> Vec<Bar> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nccl_slot_streams_share_their_communicators_lane() {
+        assert_eq!(channel_group("dp-ch0-send3"), Some("dp"));
+        assert_eq!(channel_group("edp-comm-ch15-recv0"), Some("edp-comm"));
+        for other in [
+            "compute",
+            "dp-comm",
+            "ep-dispatch",
+            "dp-ch-send1",
+            "dp-ch2-send",
+            "-ch1-send1",
+            "dp-ch1-sendx",
+        ] {
+            assert_eq!(channel_group(other), None, "{other}");
+        }
+    }
 
     #[test]
     fn rank_lists_read_as_ranges() {

@@ -394,6 +394,38 @@ fn layer_plot_marks_the_backward_and_sites() {
     has(&t, "fwd.fc1");
 }
 
+/// A data-parallel ring over NCCL channels (16 channels × 8 slots × send and receive
+/// streams a rank) is one lane a rank, and the expert-parallel streams of a MoE layer
+/// each get theirs.
+#[test]
+fn nccl_channels_share_a_lane_and_moe_streams_show() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("m.svg");
+    bin()
+        .args(["simulate", "--workload", "layer", "--model", "mixtral-8x7b"])
+        .args([
+            "--tp", "1", "--dp", "4", "--ep", "4", "--seq", "1k", "--batch", "1",
+        ])
+        .args(["--hardware", "dgx-h100", "--strategy", "flash", "--plot"])
+        .arg(&p)
+        .assert()
+        .success();
+    let t = svg_texts(&p);
+    for lane in [
+        "rank 0 dp (NCCL channels)",
+        "rank 0 ep-dispatch",
+        "rank 0 ep-combine",
+    ] {
+        has(&t, lane);
+    }
+    assert!(
+        !t.iter().any(|x| x.contains("-ch0-send")),
+        "a slot stream drawn alone"
+    );
+    let lanes = t.iter().filter(|x| x.starts_with("rank 0 ")).count();
+    assert!(lanes < 12, "{lanes} lanes for rank 0: {t:?}");
+}
+
 /// A control character in a name the picture shows (a timeline file's scenario and
 /// strategy) leaves the SVG well-formed: XML 1.0 forbids it, so it is drawn as U+FFFD.
 #[test]

@@ -956,12 +956,10 @@ fn a_moe_block_with_compute_free_is_its_communication_critical_path() {
 /// A mixture-of-experts model's layer or step on 8 GPUs of a contention-free full
 /// mesh: `tp` × `ulysses` × `dp` (× `pp` for a step) with expert-parallel groups of
 /// `ep` drawn from each stage's ranks, every layer a MoE one (Mixtral, two layers).
-fn moe_layers(
-    workload: Workload,
-    gbps: f64,
-    free_compute: bool,
-    par: (u64, u64, u64, u64, u64),
-) -> Scenario {
+/// (tp, ulysses, dp, pp, ep).
+type MoeLayout = (u64, u64, u64, u64, u64);
+
+fn moe_layers(workload: Workload, gbps: f64, free_compute: bool, par: MoeLayout) -> Scenario {
     let (tp, u, dp, pp, ep) = par;
     let mut sc = scenario_u(workload, gbps, free_compute, dp, u);
     sc.model = config::load_model("mixtral-8x7b", None).unwrap();
@@ -976,7 +974,7 @@ fn moe_layers(
 /// (workload, tp, ulysses, dp, pp, ep): expert groups inside a tensor-parallel group's
 /// replicas, across them, over the whole stage, across Ulysses ranks, and a pipeline of
 /// two stages.
-const MOE_CASES: [(Workload, (u64, u64, u64, u64, u64)); 6] = [
+const MOE_CASES: [(Workload, MoeLayout); 6] = [
     (Workload::Layer, (2, 1, 4, 1, 4)),
     (Workload::Layer, (1, 1, 8, 1, 8)),
     (Workload::Layer, (4, 1, 2, 1, 2)),

@@ -193,8 +193,10 @@ def simulate(
     step layout that does not fit in its GPUs' memory raises ``ValueError`` unless
     ``allow_oom=True`` (``--allow-oom``); ``Results.scenario["memory"]`` holds the
     memory per GPU. ``causal=False`` is ``--non-causal``, ``passes="fwd"``
-    ``--forward-only``; ``ep`` is ``--ep`` and ``routing`` ``--routing-skew`` (workload
-    ``moe``: ``Results.scenario["moe"]`` holds the experts per rank and the imbalance)."""
+    ``--forward-only``; ``ep`` is ``--ep`` and ``routing`` ``--routing-skew`` (a MoE
+    model's ``moe`` workload, layers and steps: ``Results.scenario["moe"]`` holds the
+    experts per rank, the imbalance and, in layers and steps, the expert data-parallel
+    size)."""
     kwargs = dict(
         model=model,
         hardware=hardware,

@@ -80,10 +80,25 @@ fn tmp_path(path: &Path) -> PathBuf {
     path.with_file_name(unique)
 }
 
+/// A file's contents, written into its staged file when its turn comes: a set of large
+/// outputs (a trace and timelines of gigabytes) is then made one file at a time, straight
+/// to disk, instead of all in memory before the first is written.
+pub type Render<'a> = Box<dyn FnOnce(&mut dyn Write) -> std::io::Result<()> + 'a>;
+
+/// The render of bytes already made.
+pub fn bytes<'a>(b: &'a [u8]) -> Render<'a> {
+    Box::new(move |w| w.write_all(b))
+}
+
 /// Write `bytes` to `path` atomically. With `overwrite == false` an existing file is an
 /// error and is left untouched.
 pub fn write_atomic(path: &Path, bytes: &[u8], overwrite: bool) -> Result<(), OutputError> {
-    write_paths(&[(path.to_path_buf(), bytes)], overwrite)
+    write_atomic_with(path, self::bytes(bytes), overwrite)
+}
+
+/// [`write_atomic`] of a file made by `render` as it is written.
+pub fn write_atomic_with(path: &Path, render: Render, overwrite: bool) -> Result<(), OutputError> {
+    write_paths(vec![(path.to_path_buf(), render)], overwrite)
 }
 
 /// Write a set of files into `dir` whole or not at all: every target is checked first
@@ -97,16 +112,28 @@ pub fn write_set<B: AsRef<[u8]>>(
     files: &[(String, B)],
     overwrite: bool,
 ) -> Result<(), OutputError> {
-    let targets: Vec<(PathBuf, &[u8])> = files
+    let renders: Vec<(String, Render)> = files
         .iter()
-        .map(|(n, b)| (dir.join(n), b.as_ref()))
+        .map(|(n, b)| (n.clone(), bytes(b.as_ref())))
         .collect();
-    write_paths(&targets, overwrite)
+    write_set_with(dir, renders, overwrite)
 }
 
-/// [`write_set`] of whole paths (one of them: [`write_atomic`]).
-fn write_paths(files: &[(PathBuf, &[u8])], overwrite: bool) -> Result<(), OutputError> {
-    for (path, _) in files {
+/// [`write_set`] of files each made by its [`Render`] as it is staged, in order.
+pub fn write_set_with(
+    dir: &Path,
+    files: Vec<(String, Render)>,
+    overwrite: bool,
+) -> Result<(), OutputError> {
+    write_paths(
+        files.into_iter().map(|(n, r)| (dir.join(n), r)).collect(),
+        overwrite,
+    )
+}
+
+/// [`write_set_with`] of whole paths (one of them: [`write_atomic_with`]).
+fn write_paths(files: Vec<(PathBuf, Render)>, overwrite: bool) -> Result<(), OutputError> {
+    for (path, _) in &files {
         // The rename below would replace whatever is there: a symlink (not its target),
         // a device node such as /dev/null, a FIFO. Only a regular file may be replaced.
         if let Ok(meta) = std::fs::symlink_metadata(path)
@@ -128,11 +155,14 @@ fn write_paths(files: &[(PathBuf, &[u8])], overwrite: bool) -> Result<(), Output
             let _ = std::fs::remove_file(t);
         }
     };
-    for (path, body) in files {
-        let tmp = tmp_path(path);
+    let mut paths: Vec<PathBuf> = Vec::with_capacity(files.len());
+    for (path, render) in files {
+        let tmp = tmp_path(&path);
         let r = (|| {
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(body)?;
+            let f = std::fs::File::create(&tmp)?;
+            let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
+            render(&mut w)?;
+            let f = w.into_inner().map_err(|e| e.into_error())?;
             f.sync_all()
         })();
         if let Err(source) = r {
@@ -144,9 +174,10 @@ fn write_paths(files: &[(PathBuf, &[u8])], overwrite: bool) -> Result<(), Output
             });
         }
         staged.push(tmp);
+        paths.push(path);
     }
     let mut placed: Vec<&PathBuf> = Vec::new();
-    for (i, (tmp, (path, _))) in staged.iter().zip(files).enumerate() {
+    for (i, (tmp, path)) in staged.iter().zip(&paths).enumerate() {
         let r = if overwrite {
             std::fs::rename(tmp, path)
         } else {
@@ -181,12 +212,13 @@ fn write_paths(files: &[(PathBuf, &[u8])], overwrite: bool) -> Result<(), Output
     Ok(())
 }
 
-/// `bytes` gzip-compressed (for outputs named `*.gz`, which Perfetto opens as they are).
-pub fn gzip(bytes: &[u8]) -> Vec<u8> {
-    use std::io::Write;
-    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    e.write_all(bytes).expect("writing to memory");
-    e.finish().expect("writing to memory")
+/// `render`'s output gzip-compressed on its way to the file.
+pub fn gzipped(render: Render<'_>) -> Render<'_> {
+    Box::new(move |w| {
+        let mut e = flate2::write::GzEncoder::new(w, flate2::Compression::default());
+        render(&mut e)?;
+        e.finish().map(|_| ())
+    })
 }
 
 #[cfg(test)]
@@ -303,6 +335,52 @@ mod tests {
             write_set(&gone, &files, true),
             Err(OutputError::Write { .. })
         ));
+    }
+
+    /// Files made as they are written: each in turn, straight into its staged file; a
+    /// render that fails midway (a full disk, say) leaves no file, new or staged, and
+    /// the folder as it was. Gzip on the way decodes to what was rendered.
+    #[test]
+    fn rendered_files_are_staged_in_turn_and_a_failure_leaves_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("b.txt"), "old b").unwrap();
+        let order = std::cell::RefCell::new(Vec::new());
+        let files: Vec<(String, Render)> = vec![
+            (
+                "a.txt".into(),
+                Box::new(|w| {
+                    order.borrow_mut().push("a");
+                    w.write_all(b"new a")
+                }),
+            ),
+            (
+                "b.txt".into(),
+                Box::new(|w| {
+                    order.borrow_mut().push("b");
+                    w.write_all(b"half of b")?;
+                    Err(std::io::Error::other("disk full"))
+                }),
+            ),
+        ];
+        let e = write_set_with(d.path(), files, true).unwrap_err();
+        assert!(matches!(e, OutputError::Write { .. }), "{e}");
+        assert_eq!(*order.borrow(), ["a", "b"]);
+        let names: Vec<_> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names, ["b.txt"], "only the old file is left");
+        assert_eq!(
+            std::fs::read_to_string(d.path().join("b.txt")).unwrap(),
+            "old b"
+        );
+        let gz = d.path().join("t.json.gz");
+        write_atomic_with(&gz, gzipped(bytes(b"{\"x\":1}")), false).unwrap();
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(std::fs::File::open(&gz).unwrap())
+            .read_to_string(&mut text)
+            .unwrap();
+        assert_eq!(text, "{\"x\":1}");
     }
 
     #[test]

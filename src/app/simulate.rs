@@ -110,8 +110,8 @@ impl Simulation {
         self.trace_of(&crate::trace::TraceFilter::default())
     }
 
-    /// The part of the Chrome trace that `filter` keeps.
-    pub fn trace_of(&self, filter: &crate::trace::TraceFilter) -> String {
+    /// Each strategy's timeline with its plan, for the trace.
+    fn trace_inputs(&self) -> Vec<crate::trace::TraceInput<'_>> {
         let sc = &self.scenario;
         // Posted send/recv kernels hold SMs under the NCCL transport, as the
         // interference model counts them.
@@ -132,7 +132,21 @@ impl Simulation {
                 comm_sms,
             })
             .collect();
-        crate::trace::chrome_trace_filtered(&inputs, filter)
+        inputs
+    }
+
+    /// The part of the Chrome trace that `filter` keeps.
+    pub fn trace_of(&self, filter: &crate::trace::TraceFilter) -> String {
+        crate::trace::chrome_trace_filtered(&self.trace_inputs(), filter)
+    }
+
+    /// [`ScenarioSimulation::trace_of`] written to `w` as it is made.
+    pub fn write_trace(
+        &self,
+        w: &mut dyn std::io::Write,
+        filter: &crate::trace::TraceFilter,
+    ) -> std::io::Result<()> {
+        crate::trace::write_chrome_trace(w, &self.trace_inputs(), filter)
     }
 
     /// Each strategy's timeline file: (`timeline-<strategy>.json`, its JSON).
@@ -153,14 +167,28 @@ impl Simulation {
     }
 
     /// The files of `simulate --out`: results.json, table.txt, trace.json and the
-    /// timelines.
-    pub fn out_files(&self) -> Vec<(String, String)> {
-        let mut files = vec![
-            ("results.json".to_string(), self.json()),
-            ("table.txt".to_string(), self.table()),
-            ("trace.json".to_string(), self.trace()),
+    /// timelines, each made as it is written (a thousand-GPU step's trace and timelines
+    /// are gigabytes: never in memory whole, one file at a time).
+    pub fn out_renders(&self) -> Vec<(String, crate::io::Render<'_>)> {
+        let text =
+            |t: String| -> crate::io::Render<'_> { Box::new(move |w| w.write_all(t.as_bytes())) };
+        let mut files: Vec<(String, crate::io::Render<'_>)> = vec![
+            ("results.json".to_string(), text(self.json())),
+            ("table.txt".to_string(), text(self.table())),
+            (
+                "trace.json".to_string(),
+                Box::new(|w| self.write_trace(w, &crate::trace::TraceFilter::default())),
+            ),
         ];
-        files.extend(self.timeline_files());
+        for r in &self.run.runs {
+            files.push((
+                format!(
+                    "timeline-{}.json",
+                    super::run::stem(&r.strategy.to_string())
+                ),
+                Box::new(|w| crate::timeline::file::write_json(w, &r.timeline)),
+            ));
+        }
         files
     }
 }
@@ -362,19 +390,35 @@ impl PlanSimulation {
         crate::trace::chrome_trace_filtered(&[input], filter)
     }
 
+    /// [`PlanSimulation::trace_of`] written to `w` as it is made.
+    pub fn write_trace(
+        &self,
+        w: &mut dyn std::io::Write,
+        filter: &crate::trace::TraceFilter,
+    ) -> std::io::Result<()> {
+        let input = crate::trace::TraceInput {
+            timeline: &self.timeline,
+            plan: Some(&self.plan),
+            comm_sms: None,
+        };
+        crate::trace::write_chrome_trace(w, &[input], filter)
+    }
+
     /// The files of `simulate --plan --out`: results.json, table.txt, trace.json and
-    /// timeline-plan.json.
-    pub fn out_files(&self) -> Vec<(String, String)> {
+    /// timeline-plan.json, each made as it is written.
+    pub fn out_renders(&self) -> Vec<(String, crate::io::Render<'_>)> {
+        let text =
+            |t: String| -> crate::io::Render<'_> { Box::new(move |w| w.write_all(t.as_bytes())) };
         vec![
-            ("results.json".to_string(), self.json()),
-            ("table.txt".to_string(), self.table()),
+            ("results.json".to_string(), text(self.json())),
+            ("table.txt".to_string(), text(self.table())),
             (
                 "trace.json".to_string(),
-                self.trace_of(&crate::trace::TraceFilter::default()),
+                Box::new(|w| self.write_trace(w, &crate::trace::TraceFilter::default())),
             ),
             (
                 "timeline-plan.json".to_string(),
-                crate::timeline::file::to_json(&self.timeline),
+                Box::new(|w| crate::timeline::file::write_json(w, &self.timeline)),
             ),
         ]
     }

@@ -2,7 +2,6 @@ use super::{CliError, parse_count};
 use crate::app::simulate as app;
 use crate::config;
 use crate::exec::sim::SimOptions;
-use crate::io::write_atomic;
 use crate::scenario::Scenario;
 use std::path::PathBuf;
 
@@ -325,9 +324,9 @@ pub fn run(a: Args) -> Result<(), CliError> {
                 sim.scenario.workload.name()
             )));
         }
-        write_trace(path, sim.trace_of(&filter), a.force)?;
+        write_trace(path, Box::new(|w| sim.write_trace(w, &filter)), a.force)?;
     }
-    write_out(&a, || sim.out_files())?;
+    write_out(&a, || sim.out_renders())?;
     if let Some(path) = &a.plot {
         let title = table.lines().next().unwrap_or("timeline").to_string();
         let timelines: Vec<_> = sim.run.runs.iter().map(|r| &r.timeline).collect();
@@ -365,9 +364,9 @@ fn run_plan(
     })?;
     let table = sim.table();
     if let Some(p) = &a.trace {
-        write_trace(p, sim.trace_of(&filter), a.force)?;
+        write_trace(p, Box::new(|w| sim.write_trace(w, &filter)), a.force)?;
     }
-    write_out(a, || sim.out_files())?;
+    write_out(a, || sim.out_renders())?;
     if let Some(p) = &a.plot {
         let title = table.lines().next().unwrap_or("timeline").to_string();
         super::plot::simulate_plot(p, &title, &[&sim.timeline], a.force)?;
@@ -378,20 +377,27 @@ fn run_plan(
     }
 }
 
-/// A trace's text to `path` (gzip-compressed when it ends in .gz).
-fn write_trace(path: &std::path::Path, text: String, force: bool) -> Result<(), CliError> {
-    let bytes = if path.extension().is_some_and(|e| e == "gz") {
-        crate::io::gzip(text.as_bytes())
+/// A trace to `path` as it is made (gzip-compressed on the way when it ends in .gz).
+fn write_trace(
+    path: &std::path::Path,
+    render: crate::io::Render<'_>,
+    force: bool,
+) -> Result<(), CliError> {
+    let render = if path.extension().is_some_and(|e| e == "gz") {
+        crate::io::gzipped(render)
     } else {
-        text.into_bytes()
+        render
     };
-    write_atomic(path, &bytes, force).map_err(CliError::output)
+    crate::io::write_atomic_with(path, render, force).map_err(CliError::output)
 }
 
 /// The `--out` folder's files, whole or not at all; `files` is called only when there is
-/// a folder to write (it renders the trace and the timelines: seconds and gigabytes for a
-/// thousand-GPU step).
-fn write_out(a: &Args, files: impl FnOnce() -> Vec<(String, String)>) -> Result<(), CliError> {
+/// a folder to write, and each file is made as it is written (the trace and timelines of
+/// a thousand-GPU step are seconds and gigabytes).
+fn write_out<'a>(
+    a: &Args,
+    files: impl FnOnce() -> Vec<(String, crate::io::Render<'a>)>,
+) -> Result<(), CliError> {
     let Some(dir) = &a.out else { return Ok(()) };
     let files = files();
     std::fs::create_dir_all(dir).map_err(|source| {
@@ -400,7 +406,7 @@ fn write_out(a: &Args, files: impl FnOnce() -> Vec<(String, String)>) -> Result<
             source,
         })
     })?;
-    crate::io::write_set(dir, &files, a.force).map_err(CliError::output)
+    crate::io::write_set_with(dir, files, a.force).map_err(CliError::output)
 }
 
 /// The `--straggler` flags, each target once.
@@ -467,7 +473,7 @@ mod tests {
         let mut called = false;
         write_out(&args(&["--out", dir.to_str().unwrap()]), || {
             called = true;
-            vec![("a.txt".to_string(), "x".to_string())]
+            vec![("a.txt".to_string(), crate::io::bytes(b"x"))]
         })
         .unwrap();
         assert!(called && dir.join("a.txt").exists());

@@ -262,3 +262,9 @@ pub fn to_json(t: &Timeline) -> String {
     s.push('\n');
     s
 }
+
+/// [`to_json`] written to `w` (the same bytes, without the text in memory).
+pub fn write_json(w: &mut dyn std::io::Write, t: &Timeline) -> std::io::Result<()> {
+    serde_json::to_writer(&mut *w, &TimelineFile::from(t)).map_err(std::io::Error::from)?;
+    w.write_all(b"\n")
+}

@@ -29,14 +29,7 @@ use crate::timeline::{Lane, Timeline};
 use serde::Serialize;
 use std::borrow::Cow;
 use std::collections::HashMap;
-
-#[derive(Serialize)]
-struct Trace<'a> {
-    #[serde(rename = "traceEvents")]
-    trace_events: Vec<Event<'a>>,
-    #[serde(rename = "displayTimeUnit")]
-    display_time_unit: &'static str,
-}
+use std::io::Write;
 
 #[derive(Serialize)]
 #[serde(untagged)]
@@ -422,30 +415,67 @@ fn step_sum(mut deltas: Vec<(u64, f64)>, round: impl Fn(f64) -> f64) -> Vec<(u64
 /// [`chrome_trace`] of the part `filter` keeps, with flow arrows, slice args, layer
 /// markers and counter tracks (module docs).
 pub fn chrome_trace_filtered(inputs: &[TraceInput], filter: &TraceFilter) -> String {
+    let mut out = Vec::new();
+    write_chrome_trace(&mut out, inputs, filter).expect("writing to memory");
+    String::from_utf8(out).expect("JSON is UTF-8")
+}
+
+/// Writes a trace's events one at a time as they are made (a JSON array element each),
+/// so a trace of millions of slices never sits in memory whole.
+struct Emitter<'w> {
+    w: &'w mut dyn Write,
+    first: bool,
+}
+
+impl Emitter<'_> {
+    fn emit(&mut self, e: &Event) -> std::io::Result<()> {
+        if !self.first {
+            self.w.write_all(b",")?;
+        }
+        self.first = false;
+        serde_json::to_writer(&mut *self.w, e).map_err(std::io::Error::from)
+    }
+}
+
+/// [`chrome_trace_filtered`] written to `w` as it is made: the same bytes, without the
+/// whole trace (or its events) in memory. A timeline's slices are walked twice: once
+/// to deal them onto sub-tracks (whose names come first in the file), once to write
+/// them.
+pub fn write_chrome_trace(
+    w: &mut dyn Write,
+    inputs: &[TraceInput],
+    filter: &TraceFilter,
+) -> std::io::Result<()> {
+    w.write_all(b"{\"traceEvents\":[")?;
+    let mut out = Emitter { w, first: true };
     let mut flow_id = 0u64;
-    let mut ev = Vec::new();
     let mut base = 0u32;
     let mut next_tid = 0u32;
     for input in inputs {
         let tl = input.timeline;
         let links_pid = base + tl.ranks;
         for r in (0..tl.ranks).filter(|&r| filter.keeps_rank(r)) {
-            ev.push(meta(
+            out.emit(&meta(
                 "process_name",
                 base + r,
                 None,
                 format!("{} · rank {r}", tl.strategy),
-            ));
-            ev.push(sort_index("process_sort_index", base + r, None, base + r));
+            ))?;
+            out.emit(&sort_index("process_sort_index", base + r, None, base + r))?;
         }
         if !tl.links.is_empty() {
-            ev.push(meta(
+            out.emit(&meta(
                 "process_name",
                 links_pid,
                 None,
                 format!("{} · links", tl.strategy),
-            ));
-            ev.push(sort_index("process_sort_index", links_pid, None, links_pid));
+            ))?;
+            out.emit(&sort_index(
+                "process_sort_index",
+                links_pid,
+                None,
+                links_pid,
+            ))?;
         }
         // Each lane's spans in time order, dealt onto the first of its sub-tracks whose
         // last slice has ended (interval partitioning: as few sub-tracks as overlap).
@@ -487,12 +517,13 @@ pub fn chrome_trace_filtered(inputs: &[TraceInput], filter: &TraceFilter) -> Str
         };
         // Per lane: each sub-track's end so far and its tid.
         let mut tracks: Vec<Vec<(u64, u32)>> = vec![Vec::new(); lanes];
-        let mut spans = Vec::with_capacity(order.len());
+        // Each kept slice's sub-track (tid), in `order`'s order.
+        let mut tids: Vec<u32> = Vec::with_capacity(order.len());
         // Each op's first slice on a stream: (pid, tid, start, end in ns), for the arrows.
         let mut placed: HashMap<u32, (u32, u32, u64, u64)> = HashMap::new();
         // Where each (rank, layer, micro-batch, pass) starts on a compute stream.
         let mut marks: HashMap<(u32, Scope), (u64, u32)> = HashMap::new();
-        for k in order {
+        for &k in &order {
             let s = &tl.spans[k];
             let lane = lane_of(s.lane);
             let (start, end) = (ns(s.start), ns(s.end).max(ns(s.start)));
@@ -525,31 +556,7 @@ pub fn chrome_trace_filtered(inputs: &[TraceInput], filter: &TraceFilter) -> Str
                     }
                 }
             }
-            let op = input.plan.and_then(|p| p.ops.get(s.op as usize));
-            let site = input
-                .plan
-                .filter(|p| (s.op as usize) < p.ops.len())
-                .map(|p| p.site_name(s.op));
-            spans.push(Event::Span {
-                name: tl.label(s),
-                cat: s.class.name(),
-                ph: "X",
-                ts: Micros(start),
-                dur: Micros(end - start),
-                pid,
-                tid,
-                args: SpanArgs {
-                    op: s.op,
-                    site,
-                    layer: scope.and_then(|sc| sc.layer),
-                    micro_batch: scope.map(|sc| sc.micro_batch),
-                    pass: scope.map(|sc| sc.pass.name()),
-                    shape: op.and_then(|o| shape(&o.kind)),
-                    bytes: s.bytes,
-                    flops: s.flops,
-                    strategy: &tl.strategy,
-                },
-            });
+            tids.push(tid);
         }
         // Names and order of every sub-track (a lane with no span still gets one).
         for (lane, subs) in tracks.iter_mut().enumerate() {
@@ -572,16 +579,49 @@ pub fn chrome_trace_filtered(inputs: &[TraceInput], filter: &TraceFilter) -> Str
                 } else {
                     format!("{name} ({})", j + 1)
                 };
-                ev.push(meta("thread_name", pid, Some(tid), label));
-                ev.push(sort_index("thread_sort_index", pid, Some(tid), tid));
+                out.emit(&meta("thread_name", pid, Some(tid), label))?;
+                out.emit(&sort_index("thread_sort_index", pid, Some(tid), tid))?;
             }
         }
-        ev.extend(spans);
+        for (&k, &tid) in order.iter().zip(&tids) {
+            let s = &tl.spans[k];
+            let (start, end) = (ns(s.start), ns(s.end).max(ns(s.start)));
+            let pid = match s.lane {
+                Lane::Stream(i) => base + tl.streams[i as usize].rank,
+                Lane::Link(_) => links_pid,
+            };
+            let scope = tl.scope(s);
+            let op = input.plan.and_then(|p| p.ops.get(s.op as usize));
+            let site = input
+                .plan
+                .filter(|p| (s.op as usize) < p.ops.len())
+                .map(|p| p.site_name(s.op));
+            out.emit(&Event::Span {
+                name: tl.label(s),
+                cat: s.class.name(),
+                ph: "X",
+                ts: Micros(start),
+                dur: Micros(end - start),
+                pid,
+                tid,
+                args: SpanArgs {
+                    op: s.op,
+                    site,
+                    layer: scope.and_then(|sc| sc.layer),
+                    micro_batch: scope.map(|sc| sc.micro_batch),
+                    pass: scope.map(|sc| sc.pass.name()),
+                    shape: op.and_then(|o| shape(&o.kind)),
+                    bytes: s.bytes,
+                    flops: s.flops,
+                    strategy: &tl.strategy,
+                },
+            })?;
+        }
         // Layer markers in time order per rank.
         let mut marks: Vec<((u32, Scope), (u64, u32))> = marks.into_iter().collect();
         marks.sort_by_key(|&((r, sc), (t, _))| (r, t, sc.micro_batch, sc.layer));
         for ((r, sc), (t, tid)) in marks {
-            ev.push(Event::Instant {
+            out.emit(&Event::Instant {
                 name: format!(
                     "layer {} {} · mb {}",
                     sc.layer.unwrap_or(0),
@@ -594,7 +634,7 @@ pub fn chrome_trace_filtered(inputs: &[TraceInput], filter: &TraceFilter) -> Str
                 ts: Micros(t),
                 pid: base + r,
                 tid,
-            });
+            })?;
         }
         if let Some(plan) = input.plan {
             for (send, recv) in message_pairs(plan) {
@@ -611,7 +651,7 @@ pub fn chrome_trace_filtered(inputs: &[TraceInput], filter: &TraceFilter) -> Str
                 for (ph, pid, tid, ts, bp) in
                     [("s", sp, st, s0, None), ("f", rp, rt, r0, Some("e"))]
                 {
-                    ev.push(Event::Flow {
+                    out.emit(&Event::Flow {
                         name: "message",
                         cat: "message",
                         ph,
@@ -620,18 +660,18 @@ pub fn chrome_trace_filtered(inputs: &[TraceInput], filter: &TraceFilter) -> Str
                         pid,
                         tid,
                         bp,
-                    });
+                    })?;
                 }
             }
         }
+        let mut ev = Vec::new();
         counters(&mut ev, input, base, window, filter);
+        for e in &ev {
+            out.emit(e)?;
+        }
         base = links_pid + 1;
     }
-    let t = Trace {
-        trace_events: ev,
-        display_time_unit: "ns",
-    };
-    serde_json::to_string(&t).expect("trace serializes")
+    out.w.write_all(b"],\"displayTimeUnit\":\"ns\"}")
 }
 
 /// The counter tracks of one timeline (module docs).

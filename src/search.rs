@@ -1,12 +1,14 @@
 //! Layout search: for a model, a cluster and a global batch, every training layout
-//! (tp × pp × dp × ulysses, micro-batch size and count, pipeline schedule, recomputation,
-//! ZeRO stage) that divides evenly and fits in memory, simulated under each overlap
-//! strategy and ranked by a figure (tokens/s by default: the time of one global batch).
+//! (tp × pp × dp × ulysses, with a MoE model's expert parallelism ep, micro-batch size
+//! and count, pipeline schedule, recomputation, ZeRO stage) that divides evenly and fits
+//! in memory, simulated under each overlap strategy and ranked by a figure (tokens/s by
+//! default: the time of one global batch).
 //!
 //! Pruning, in order (each counted in [`Counts`]):
 //!
 //! 1. **Divisibility**: tp · ulysses · pp must divide the GPUs, dp · micro-batch the
-//!    global batch, pp · V the layers (V: the interleaved schedule's chunks), the
+//!    global batch, ep a stage's tp · ulysses · dp ranks and the experts, pp · V the
+//!    layers (V: the interleaved schedule's chunks), the
 //!    interleaved schedule's micro-batches pp; and the scenario must accept the layout
 //!    (heads, kv heads, ffn and tokens divisible by tp, …: the same checks `simulate`
 //!    makes, through the same overrides path).
@@ -69,6 +71,9 @@ pub struct Space {
     pub pp: Option<Vec<u64>>,
     pub max_pp: u64,
     pub ulysses: Vec<u64>,
+    /// Expert-parallel degrees of a MoE model (default: the powers of two that divide
+    /// its routed experts; a dense model runs ep 1 only).
+    pub ep: Option<Vec<u64>>,
     /// Sequences per micro-batch.
     pub micro_batch: Vec<u64>,
     /// Schedules of layouts with stages (one stage runs 1F1B).
@@ -90,6 +95,7 @@ impl Default for Space {
             pp: None,
             max_pp: 16,
             ulysses: vec![1],
+            ep: None,
             micro_batch: vec![1, 2, 4],
             schedules: vec![PpSchedule::OneFOneB, PpSchedule::Interleaved(2)],
             dp_strategies: Vec::new(),
@@ -100,6 +106,10 @@ impl Default for Space {
     }
 }
 
+fn one() -> u64 {
+    1
+}
+
 /// One layout.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Layout {
@@ -107,6 +117,9 @@ pub struct Layout {
     pub pp: u64,
     pub dp: u64,
     pub ulysses: u64,
+    /// Expert-parallel degree (1 for a dense model; files of earlier versions lack it).
+    #[serde(default = "one")]
+    pub ep: u64,
     /// Sequences per micro-batch, and micro-batches per step.
     pub micro_batch: u64,
     pub micro_batches: u64,
@@ -129,6 +142,7 @@ impl Layout {
             ("parallel.pp", i(self.pp)),
             ("parallel.dp", i(self.dp)),
             ("parallel.ulysses", i(self.ulysses)),
+            ("parallel.ep", i(self.ep)),
             ("parallel.pp_schedule", s(&self.schedule)),
             ("parallel.order", s(order.name())),
             ("batch", i(self.micro_batch)),
@@ -152,9 +166,13 @@ impl Layout {
         if self.pp > 1 {
             s += &format!(" · pp {} {}", self.pp, self.schedule);
         }
+        s += &format!(" · dp {}", self.dp);
+        if self.ep > 1 {
+            s += &format!(" · ep {}", self.ep);
+        }
         s += &format!(
-            " · dp {} · mb {}×{} · zero {}",
-            self.dp, self.micro_batch, self.micro_batches, self.zero
+            " · mb {}×{} · zero {}",
+            self.micro_batch, self.micro_batches, self.zero
         );
         if self.recompute != "none" {
             s += &format!(" · recompute {}", self.recompute);
@@ -169,7 +187,7 @@ impl Layout {
 /// What the search considered and why layouts were left out.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Counts {
-    /// (tp, ulysses, pp, micro-batch, schedule) combinations tried.
+    /// (tp, ulysses, pp, ep, micro-batch, schedule) combinations tried.
     pub considered: u64,
     /// Left out because a degree does not divide the GPUs, the batch or the layers.
     pub indivisible: u64,
@@ -218,6 +236,18 @@ fn default_tp(sc: &Scenario) -> Vec<u64> {
         .collect()
 }
 
+/// The default expert-parallel degrees: a MoE model's powers of two dividing its routed
+/// experts; 1 for a dense model.
+fn default_ep(sc: &Scenario) -> Vec<u64> {
+    match sc.model.moe {
+        Some(m) => std::iter::successors(Some(1u64), |&x| x.checked_mul(2))
+            .take_while(|&x| x <= m.experts)
+            .filter(|&x| m.experts % x == 0)
+            .collect(),
+        None => vec![1],
+    }
+}
+
 fn default_pp(sc: &Scenario, max_pp: u64) -> Vec<u64> {
     (1..=max_pp.min(sc.model.layers))
         .filter(|p| sc.model.layers % p == 0)
@@ -256,7 +286,8 @@ pub fn enumerate(
         v.dedup();
         v
     };
-    let (tps, pps) = (sorted(tps), sorted(pps));
+    let eps = space.ep.clone().unwrap_or_else(|| default_ep(&base));
+    let (tps, pps, eps) = (sorted(tps), sorted(pps), sorted(eps));
     let mut space = space.clone();
     space.ulysses = sorted(space.ulysses);
     space.micro_batch = sorted(space.micro_batch);
@@ -268,6 +299,16 @@ pub fn enumerate(
     none_if_empty("--tp", &tps)?;
     none_if_empty("--pp", &pps)?;
     none_if_empty("--ulysses", &space.ulysses)?;
+    none_if_empty("--ep", &eps)?;
+    if base.model.moe.is_none() && eps != [1] {
+        return Err(input(
+            "--ep",
+            format!(
+                "model `{}` has no experts to spread (expert parallelism is for a mixture of experts)",
+                base.model.name
+            ),
+        ));
+    }
     none_if_empty("--micro-batch", &space.micro_batch)?;
     if space.recompute.is_empty() || space.zero.is_empty() || space.schedules.is_empty() {
         return Err(input(
@@ -314,103 +355,114 @@ pub fn enumerate(
     for &tp in &tps {
         for &u in &space.ulysses {
             for &pp in &pps {
-                for &mb in &space.micro_batch {
-                    let schedules: Vec<PpSchedule> = if pp == 1 {
-                        vec![PpSchedule::OneFOneB]
-                    } else {
-                        space.schedules.clone()
-                    };
-                    for sched in schedules {
-                        counts.considered += 1;
-                        let group = tp.saturating_mul(u).saturating_mul(pp);
-                        if group == 0 || gpus % group != 0 {
-                            counts.indivisible += 1;
-                            continue;
-                        }
-                        let dp = gpus / group;
-                        let per_step = dp.saturating_mul(mb);
-                        if global_batch % per_step != 0 {
-                            counts.indivisible += 1;
-                            continue;
-                        }
-                        let m = global_batch / per_step;
-                        let v = sched.chunks();
-                        if pp > 1 && (base.model.layers % (pp * v) != 0 || (v > 1 && m % pp != 0)) {
-                            counts.indivisible += 1;
-                            continue;
-                        }
-                        let mut found = false;
-                        let mut first_error = None;
-                        for level in &levels {
-                            if found {
-                                counts.dominated += level.len() as u64;
+                for &ep in &eps {
+                    for &mb in &space.micro_batch {
+                        let schedules: Vec<PpSchedule> = if pp == 1 {
+                            vec![PpSchedule::OneFOneB]
+                        } else {
+                            space.schedules.clone()
+                        };
+                        for sched in schedules {
+                            counts.considered += 1;
+                            let group = tp.saturating_mul(u).saturating_mul(pp);
+                            if group == 0 || gpus % group != 0 {
+                                counts.indivisible += 1;
                                 continue;
                             }
-                            for &(zero, rc) in level {
-                                let layout = Layout {
-                                    tp,
-                                    pp,
-                                    dp,
-                                    ulysses: u,
-                                    micro_batch: mb,
-                                    micro_batches: m,
-                                    schedule: sched.to_string(),
-                                    recompute: rc.name().to_string(),
-                                    zero,
-                                    dp_strategy: None,
-                                };
-                                let sc = match grid.scenario_with(
-                                    0,
-                                    &layout.fields(space.order),
-                                    "search",
-                                ) {
-                                    Ok(sc) => sc,
-                                    Err(e) => {
-                                        first_error.get_or_insert(e);
-                                        break;
-                                    }
-                                };
-                                match crate::memory::check(&sc) {
-                                    Ok(mem) => {
-                                        found = true;
-                                        let memory_gib = crate::memory::gib(mem.total());
-                                        // One candidate per data-parallel strategy asked
-                                        // for, where gradients are synced at all.
-                                        let dps: Vec<Option<String>> =
-                                            if space.dp_strategies.is_empty() || dp * u <= 1 {
-                                                vec![None]
-                                            } else {
-                                                space
-                                                    .dp_strategies
-                                                    .iter()
-                                                    .map(|d| Some(d.to_string()))
-                                                    .collect()
-                                            };
-                                        for d in dps {
-                                            let mut layout = layout.clone();
-                                            layout.dp_strategy = d;
-                                            out.push(Candidate {
-                                                index: 0,
-                                                layout,
-                                                memory_gib,
-                                            });
+                            let dp = gpus / group;
+                            let stage = tp.saturating_mul(u).saturating_mul(dp);
+                            let experts = base.model.moe.map_or(1, |m| m.experts);
+                            if stage % ep != 0 || experts % ep != 0 {
+                                counts.indivisible += 1;
+                                continue;
+                            }
+                            let per_step = dp.saturating_mul(mb);
+                            if global_batch % per_step != 0 {
+                                counts.indivisible += 1;
+                                continue;
+                            }
+                            let m = global_batch / per_step;
+                            let v = sched.chunks();
+                            if pp > 1
+                                && (base.model.layers % (pp * v) != 0 || (v > 1 && m % pp != 0))
+                            {
+                                counts.indivisible += 1;
+                                continue;
+                            }
+                            let mut found = false;
+                            let mut first_error = None;
+                            for level in &levels {
+                                if found {
+                                    counts.dominated += level.len() as u64;
+                                    continue;
+                                }
+                                for &(zero, rc) in level {
+                                    let layout = Layout {
+                                        tp,
+                                        pp,
+                                        dp,
+                                        ulysses: u,
+                                        ep,
+                                        micro_batch: mb,
+                                        micro_batches: m,
+                                        schedule: sched.to_string(),
+                                        recompute: rc.name().to_string(),
+                                        zero,
+                                        dp_strategy: None,
+                                    };
+                                    let sc = match grid.scenario_with(
+                                        0,
+                                        &layout.fields(space.order),
+                                        "search",
+                                    ) {
+                                        Ok(sc) => sc,
+                                        Err(e) => {
+                                            first_error.get_or_insert(e);
+                                            break;
                                         }
+                                    };
+                                    match crate::memory::check(&sc) {
+                                        Ok(mem) => {
+                                            found = true;
+                                            let memory_gib = crate::memory::gib(mem.total());
+                                            // One candidate per data-parallel strategy asked
+                                            // for, where gradients are synced at all.
+                                            let dps: Vec<Option<String>> =
+                                                if space.dp_strategies.is_empty() || dp * u <= 1 {
+                                                    vec![None]
+                                                } else {
+                                                    space
+                                                        .dp_strategies
+                                                        .iter()
+                                                        .map(|d| Some(d.to_string()))
+                                                        .collect()
+                                                };
+                                            for d in dps {
+                                                let mut layout = layout.clone();
+                                                layout.dp_strategy = d;
+                                                out.push(Candidate {
+                                                    index: 0,
+                                                    layout,
+                                                    memory_gib,
+                                                });
+                                            }
+                                        }
+                                        Err(_) => continue,
                                     }
-                                    Err(_) => continue,
+                                }
+                                if first_error.is_some() {
+                                    break;
                                 }
                             }
-                            if first_error.is_some() {
-                                break;
+                            if let Some(e) = first_error {
+                                let reason = e.lines().next().unwrap_or_default();
+                                // The reason without the `file: key = value:` prefix, so that
+                                // layouts refused for one cause count together.
+                                let reason = reason.rsplit(": ").next().unwrap_or(reason);
+                                *counts.invalid.entry(reason.to_string()).or_default() += 1;
+                            } else if !found {
+                                counts.out_of_memory += 1;
                             }
-                        }
-                        if let Some(e) = first_error {
-                            let reason = e.lines().next().unwrap_or_default();
-                            // The reason without the `file: key = value:` prefix, so that
-                            // layouts refused for one cause count together.
-                            let reason = reason.rsplit(": ").next().unwrap_or(reason);
-                            *counts.invalid.entry(reason.to_string()).or_default() += 1;
-                        } else if !found {
-                            counts.out_of_memory += 1;
                         }
                     }
                 }
@@ -698,12 +750,13 @@ pub fn json(f: &SearchFile) -> String {
 }
 
 /// Columns of `search.csv` before the figures.
-const CSV_INPUTS: [&str; 15] = [
+const CSV_INPUTS: [&str; 16] = [
     "rank",
     "tp",
     "pp",
     "dp",
     "ulysses",
+    "ep",
     "micro_batch",
     "micro_batches",
     "schedule",
@@ -733,6 +786,7 @@ pub fn csv(f: &SearchFile) -> String {
             l.pp.to_string(),
             l.dp.to_string(),
             l.ulysses.to_string(),
+            l.ep.to_string(),
             l.micro_batch.to_string(),
             l.micro_batches.to_string(),
             l.schedule.clone(),
@@ -1053,6 +1107,7 @@ mod tests {
 
     fn grid(model: &str, hardware: &str, nodes: Option<&str>, seq: &str) -> Grid {
         let mut axes = vec![
+            ("workload".to_string(), vec!["step".to_string()]),
             ("model".to_string(), vec![model.to_string()]),
             ("hardware".to_string(), vec![hardware.to_string()]),
             ("seq".to_string(), vec![seq.to_string()]),
@@ -1125,6 +1180,47 @@ mod tests {
         assert!(enumerate(&g, 0, &space).is_err());
     }
 
+    /// A MoE model's layouts range over ep too: each divides the experts and its
+    /// stage's tp · ulysses · dp ranks, and reaches the scenario; a dense model runs ep 1
+    /// and refuses any other.
+    #[test]
+    fn moe_layouts_range_over_expert_parallelism() {
+        let g = grid("mixtral-8x7b", "dgx-h100-rail", Some("2"), "4096");
+        let space = Space {
+            pp: Some(vec![1, 2]),
+            tp: Some(vec![1, 2]),
+            micro_batch: vec![1],
+            schedules: vec![PpSchedule::OneFOneB],
+            ..Space::default()
+        };
+        let (cands, c) = enumerate(&g, 32, &space).unwrap();
+        let eps: std::collections::BTreeSet<u64> = cands.iter().map(|x| x.layout.ep).collect();
+        assert_eq!(eps.into_iter().collect::<Vec<_>>(), [1, 2, 4, 8], "{c:?}");
+        for x in &cands {
+            let l = &x.layout;
+            assert_eq!(8 % l.ep, 0);
+            assert_eq!((l.tp * l.ulysses * l.dp) % l.ep, 0, "{}", l.name());
+            assert_eq!(x.scenario(&g, space.order).unwrap().parallel.ep, l.ep);
+            assert_eq!(l.name().contains(" · ep "), l.ep > 1);
+        }
+        // Given degrees: only those; 3 divides neither the experts nor the stages.
+        let three = Space {
+            ep: Some(vec![3, 8]),
+            ..space.clone()
+        };
+        let (cands, c3) = enumerate(&g, 32, &three).unwrap();
+        assert!(cands.iter().all(|x| x.layout.ep == 8));
+        assert!(
+            c3.indivisible >= c3.considered / 2,
+            "every ep 3 combination: {c3:?}"
+        );
+        let dense = grid("llama-3-8b", "dgx-h100-rail", Some("2"), "4096");
+        let (cands, _) = enumerate(&dense, 32, &space).unwrap();
+        assert!(cands.iter().all(|x| x.layout.ep == 1));
+        let e = enumerate(&dense, 32, &three).unwrap_err().to_string();
+        assert!(e.contains("--ep") && e.contains("no experts"), "{e}");
+    }
+
     #[test]
     fn ranking_orders_by_the_figure_and_prefers_exact_figures() {
         let layout = Layout {
@@ -1132,6 +1228,7 @@ mod tests {
             pp: 1,
             dp: 1,
             ulysses: 1,
+            ep: 1,
             micro_batch: 1,
             micro_batches: 1,
             schedule: "1f1b".into(),

@@ -359,7 +359,7 @@ def sweep(
 
 class Search:
     """What ``search`` returns: the layouts it simulated, best first, as the command's
-    ``search.json`` has them (``rank``, ``tp``, ``pp``, ``dp``, ``ulysses``,
+    ``search.json`` has them (``rank``, ``tp``, ``pp``, ``dp``, ``ulysses``, ``ep``,
     ``micro_batch``, ``micro_batches``, ``schedule``, ``recompute``, ``zero``,
     ``strategy``, ``memory_gib``, ``extrapolated``, ``screened`` and ``exact`` figures
     under ``FIGURES``' names); ``counts``, what it considered and left out and why;
@@ -402,6 +402,7 @@ def search(
     pp: Optional[Sequence[int]] = None,
     max_pp: int = 16,
     ulysses: Sequence[int] = (1,),
+    ep: Optional[Sequence[int]] = None,
     micro_batch: Sequence[int] = (1, 2, 4),
     pp_schedule: Optional[Sequence[str]] = None,
     recompute: Optional[Sequence[str]] = None,
@@ -424,7 +425,8 @@ def search(
     """Rank the layouts of a model on a machine for ``global_batch`` sequences per step,
     as ``flashoverlap search`` does: ``fields`` set the base scenario (``model``,
     ``hardware``, ``nodes``, ``seq``, any scenario key as ``parallel__sp``), one value
-    each; ``tp``, ``pp``, ``ulysses``, ``micro_batch``, ``pp_schedule`` (``"1f1b"``,
+    each; ``tp``, ``pp``, ``ulysses``, ``ep`` (a MoE model's expert-parallel degrees;
+    default the powers of two dividing its experts), ``micro_batch``, ``pp_schedule`` (``"1f1b"``,
     ``"interleaved:V"``, ``"gpipe"``; default 1f1b and interleaved:2), ``recompute``
     (default none and full), ``zero`` and ``dp_strategy`` (the data-parallel site's
     strategies: ``sequential``, ``bulk``, ``flash``) bound the layouts tried. ``out`` writes the
@@ -442,6 +444,7 @@ def search(
             pp=None if pp is None else list(pp),
             max_pp=max_pp,
             ulysses=list(ulysses),
+            ep=None if ep is None else list(ep),
             micro_batch=list(micro_batch),
             pp_schedule=None if pp_schedule is None else list(pp_schedule),
             recompute=None if recompute is None else list(recompute),

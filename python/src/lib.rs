@@ -376,6 +376,7 @@ fn sweep(
     pp = None,
     max_pp = 16,
     ulysses = vec![1],
+    ep = None,
     micro_batch = vec![1, 2, 4],
     pp_schedule = None,
     recompute = None,
@@ -404,6 +405,7 @@ fn search(
     pp: Option<Vec<i64>>,
     max_pp: u64,
     ulysses: Vec<i64>,
+    ep: Option<Vec<i64>>,
     micro_batch: Vec<i64>,
     pp_schedule: Option<Vec<String>>,
     recompute: Option<Vec<String>>,
@@ -456,6 +458,10 @@ fn search(
         .map_err(app_error)?;
     r.space.max_pp = max_pp;
     r.space.ulysses = app::counts("ulysses", &ulysses).map_err(app_error)?;
+    r.space.ep = ep
+        .map(|v| app::counts("ep", &v))
+        .transpose()
+        .map_err(app_error)?;
     r.space.micro_batch = app::counts("micro_batch", &micro_batch).map_err(app_error)?;
     r.space.zero = zero;
     let defaults = flashoverlap::search::Space::default();

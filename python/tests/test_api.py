@@ -199,13 +199,22 @@ def test_sweep_is_the_commands(tmp_path):
     assert {"tp", "seq", "strategy", "makespan_us"} <= set(df.columns)
 
 
+def test_a_moe_search_ranges_over_ep():
+    s = fo.search(8, model="mixtral-8x7b", hardware="dgx-h100", nodes=2, seq=1024,
+                  tp=[1, 2], pp=[2], ep=[2, 8], micro_batch=[1], strategies="flash")
+    assert sorted({r["ep"] for r in s}) == [2, 8]
+    assert all(r["tp"] * r["dp"] % r["ep"] == 0 for r in s)
+    with pytest.raises(ValueError, match="no experts"):
+        fo.search(8, model="llama-3-8b", hardware="h100-sxm-8", seq=1024, ep=[2], dry_run=True)
+
+
 def test_search_is_the_commands(tmp_path):
     args = dict(model="llama-3-8b", hardware="h100-sxm-8", seq=1024, tp=[2, 4], pp=[1, 2])
     s = fo.search(16, strategies="sequential,flash", threads=1, **args)
     assert len(s) == 2 * s.counts["layouts"]
     assert [r["rank"] for r in s] == list(range(1, len(s) + 1))
     assert s.best is s.rows[0] and s.best["exact"] is not None
-    assert "llama-3-8b on h100-sxm-8 (8 GPUs)" in s.summary
+    assert "llama-3-8b on h100-sxm-8 at sustained clocks (8 GPUs)" in s.summary
     exe = os.environ.get("FLASHOVERLAP_BIN")
     if exe:
         out = subprocess.run(

@@ -74,6 +74,9 @@ pub fn base_spec(scenario: &str, fields: &[(String, String, String)]) -> Result<
         dir: None,
         axes: Vec::new(),
     };
+    // The layouts are steps: the base is one too (a MoE model's MoE layers run only in
+    // layers and steps, and a base scenario of another workload would refuse it).
+    spec.set_axis("workload", vec!["step".to_string()]);
     for (named, key, v) in fields {
         if v.contains(',') {
             return Err(Error::input(search::SearchError::Input {

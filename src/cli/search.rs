@@ -99,6 +99,11 @@ pub struct RunArgs {
     /// Ulysses degrees.
     #[arg(long, value_delimiter = ',', value_parser = parse_count, default_value = "1")]
     pub ulysses: Vec<i64>,
+    /// Expert-parallel degrees of a MoE model, each dividing its experts and a stage's
+    /// tp × ulysses × dp ranks (default: the powers of two dividing its experts; a dense
+    /// model runs ep 1).
+    #[arg(long, value_delimiter = ',', value_parser = parse_count)]
+    pub ep: Option<Vec<i64>>,
     /// Sequences per micro-batch.
     #[arg(long, value_delimiter = ',', value_parser = parse_count, default_value = "1,2,4")]
     pub micro_batch: Vec<i64>,
@@ -206,6 +211,7 @@ fn request(a: &RunArgs) -> Result<app::Request, CliError> {
     s.pp = a.pp.as_deref().map(|v| counts("--pp", v)).transpose()?;
     s.max_pp = a.max_pp;
     s.ulysses = counts("--ulysses", &a.ulysses)?;
+    s.ep = a.ep.as_deref().map(|v| counts("--ep", v)).transpose()?;
     s.micro_batch = counts("--micro-batch", &a.micro_batch)?;
     s.zero = a.zero.clone();
     app::SpaceText {

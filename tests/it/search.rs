@@ -202,7 +202,7 @@ fn screened_figures_stay_close_to_the_whole_step() {
 fn a_dry_run_lists_the_layouts_and_simulates_nothing() {
     let out = search(&["--dry-run"]);
     assert!(
-        out.starts_with("search (dry run): llama-3-8b on h100-sxm-8 (8 GPUs)"),
+        out.starts_with("search (dry run): llama-3-8b on h100-sxm-8 at sustained clocks (8 GPUs)"),
         "{out}"
     );
     let doc = json(&["--dry-run"]);
@@ -285,6 +285,81 @@ fn data_parallel_strategies_are_an_axis() {
     let want = simulate_row(r, &["--site", "dp=flash"]);
     assert_eq!(
         r["exact"]["makespan_us"].to_string(),
+        want["makespan_us"].to_string()
+    );
+}
+
+/// A MoE model's search ranges over expert parallelism (`--ep`), and its best row is
+/// what `simulate` gives for that layout with `--ep`.
+#[test]
+fn a_moe_search_ranges_over_ep_and_matches_simulate() {
+    let out = bin()
+        .args([
+            "search",
+            "--model",
+            "mixtral-8x7b",
+            "--hardware",
+            "dgx-h100",
+        ])
+        .args(["--nodes", "2", "--seq", "1024", "--global-batch", "8"])
+        .args(["--tp", "1,2", "--pp", "2"])
+        .args(["--ep", "2,8", "--micro-batch", "1", "--strategy", "flash"])
+        .args(["--quiet", "--format", "json"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let doc: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let rows = rows(&doc);
+    let eps: std::collections::BTreeSet<u64> =
+        rows.iter().map(|r| r["ep"].as_u64().unwrap()).collect();
+    assert_eq!(eps.into_iter().collect::<Vec<_>>(), [2, 8]);
+    let best = &rows[0];
+    let n = |k: &str| best[k].to_string().trim_matches('"').to_string();
+    let sim = bin()
+        .args([
+            "simulate",
+            "--model",
+            "mixtral-8x7b",
+            "--hardware",
+            "dgx-h100",
+        ])
+        .args(["--nodes", "2", "--seq", "1024", "--workload", "step"])
+        .args(["--rank-order", "tp-pp-dp", "--pp-schedule", &n("schedule")])
+        .args([
+            "--tp",
+            &n("tp"),
+            "--pp",
+            &n("pp"),
+            "--dp",
+            &n("dp"),
+            "--ep",
+            &n("ep"),
+        ])
+        .args(["--recompute", &n("recompute"), "--zero", &n("zero")])
+        .args([
+            "--batch",
+            &n("micro_batch"),
+            "--micro-batches",
+            &n("micro_batches"),
+        ])
+        .args(["--strategy", "sequential,flash", "--format", "json"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let sim: serde_json::Value = serde_json::from_slice(&sim).unwrap();
+    let want = &sim["results"][1];
+    assert_eq!(want["strategy"], "flash");
+    let got = if best["exact"].is_null() {
+        &best["screened"]
+    } else {
+        &best["exact"]
+    };
+    assert_eq!(
+        got["makespan_us"].to_string(),
         want["makespan_us"].to_string()
     );
 }

@@ -51,9 +51,23 @@ impl<T: Copy> RadixQueue<T> {
         }
     }
 
-    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// Keep only the entries `keep` accepts. Each stays in its bucket (a bucket depends
+    /// on the key and the last key popped, neither of which changes), so the pop order
+    /// of the rest is unchanged.
+    pub fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) {
+        let mut len = 0;
+        for (i, b) in self.buckets.iter_mut().enumerate() {
+            b.retain(|e| keep(&e.1));
+            len += b.len();
+            if i > 0 && b.is_empty() {
+                self.occupied &= !(1 << (i - 1));
+            }
+        }
+        self.len = len;
     }
 
     /// Queue `item` under `key`. Returns `false` (and queues nothing) if `key` is below
@@ -155,6 +169,43 @@ mod tests {
                 }
                 prop_assert_eq!(q.len(), h.len());
             }
+        }
+
+        /// Dropping entries mid-run (as compaction drops stale ones) leaves the rest in
+        /// the binary heap's order.
+        #[test]
+        fn retain_keeps_the_order_of_the_rest(ops in prop::collection::vec((0u8..3, 0u64..1000), 1..400)) {
+            let mut q = RadixQueue::new();
+            let mut h = BinaryHeap::new();
+            let mut seq = 0u64;
+            let mut now = 0u64;
+            for (what, dt) in ops {
+                match what {
+                    0 => {
+                        let a = q.pop();
+                        let b = h.pop().map(|Reverse(e)| e);
+                        prop_assert_eq!(a, b);
+                        if let Some((k, _)) = a {
+                            now = (k >> 64) as u64;
+                        }
+                    }
+                    1 => {
+                        seq += 1;
+                        let key = (u128::from(now + dt) << 64) | u128::from(seq);
+                        prop_assert!(q.push(key, seq));
+                        h.push(Reverse((key, seq)));
+                    }
+                    _ => {
+                        let keep = |v: &u64| v % 3 != dt % 3;
+                        q.retain(keep);
+                        h.retain(|Reverse((_, v))| keep(v));
+                    }
+                }
+                prop_assert_eq!(q.len(), h.len());
+            }
+            let rest: Vec<_> = std::iter::from_fn(|| q.pop()).collect();
+            let want: Vec<_> = std::iter::from_fn(|| h.pop().map(|Reverse(e)| e)).collect();
+            prop_assert_eq!(rest, want);
         }
     }
 }

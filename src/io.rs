@@ -90,6 +90,11 @@ pub fn bytes<'a>(b: &'a [u8]) -> Render<'a> {
     Box::new(move |w| w.write_all(b))
 }
 
+/// The render of text already made, which it owns.
+pub fn text<'a>(t: String) -> Render<'a> {
+    Box::new(move |w| w.write_all(t.as_bytes()))
+}
+
 /// Write `bytes` to `path` atomically. With `overwrite == false` an existing file is an
 /// error and is left untouched.
 pub fn write_atomic(path: &Path, bytes: &[u8], overwrite: bool) -> Result<(), OutputError> {

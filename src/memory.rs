@@ -36,6 +36,7 @@
 //! temporaries inside a kernel; a layout within a few GiB of the capacity may not fit.
 
 use crate::scenario::{DType, PpSchedule, Recompute, Scenario, Workload};
+use crate::strategy::layer::LayerMoe;
 
 /// Bytes per GPU at the peak, by what holds them.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -162,14 +163,15 @@ pub fn layer_activations_of(
     // Norm inputs (2), QKV's and FC1's inputs (2), the attention output (proj's input),
     // Q/K/V, FC1's output (the activation's input), the activation's output (FC2's
     // input), dropout masks after proj and FC2.
-    let mlp = match m.moe {
+    let mlp = match LayerMoe::from_model(m, p.ep) {
         Some(moe) if moe_layer => {
-            let gate = if m.activation.gated() { 2 } else { 1 };
             let shares = sc.routing.rank_shares(moe.experts, p.ep);
             let busiest = shares.iter().copied().fold(0.0, f64::max) * p.ep as f64;
             let rows = tokens / shards * moe.top_k as f64 * busiest;
-            let per_row = 2 * h + gate * moe.expert_ffn + moe.expert_ffn;
-            t(moe.experts) * 4.0 + rows * per_row as f64 * e + t((gate + 1) * moe.shared_ffn) * e
+            let per_row = 2 * h + moe.expert_fc1 + moe.expert_ffn;
+            t(moe.experts) * 4.0
+                + rows * per_row as f64 * e
+                + t(moe.shared_fc1 + moe.shared_ffn) * e
         }
         _ => t(m.fc1_width()) * e + t(m.ffn) * e,
     };
@@ -231,15 +233,14 @@ fn attention_params(sc: &Scenario) -> f64 {
 /// builder runs them), and its experts (experts / ep whole experts), which the expert
 /// data-parallel group of tp · ulysses · dp / ep ranks shares.
 fn moe_layer_params(sc: &Scenario) -> (f64, f64) {
-    let m = &sc.model;
-    let Some(moe) = m.moe else {
-        return (layer_params(sc), 0.0);
-    };
-    let gate = if m.activation.gated() { 2 } else { 1 };
-    let h = m.hidden;
-    let dense = attention_params(sc) + (h * moe.experts + h * (gate + 1) * moe.shared_ffn) as f64;
-    let experts = (moe.experts / sc.parallel.ep.max(1) * h * (gate + 1) * moe.expert_ffn) as f64;
-    (dense, experts)
+    let h = sc.model.hidden;
+    match LayerMoe::from_model(&sc.model, sc.parallel.ep) {
+        Some(m) => (
+            attention_params(sc) + m.dense_params(h) as f64,
+            m.local_expert_params(h) as f64,
+        ),
+        None => (layer_params(sc), 0.0),
+    }
 }
 
 /// Dense and MoE layers of pipeline stage `i` (of `layers` in all): stage i holds the

@@ -170,11 +170,9 @@ impl Simulation {
     /// timelines, each made as it is written (a thousand-GPU step's trace and timelines
     /// are gigabytes: never in memory whole, one file at a time).
     pub fn out_renders(&self) -> Vec<(String, crate::io::Render<'_>)> {
-        let text =
-            |t: String| -> crate::io::Render<'_> { Box::new(move |w| w.write_all(t.as_bytes())) };
         let mut files: Vec<(String, crate::io::Render<'_>)> = vec![
-            ("results.json".to_string(), text(self.json())),
-            ("table.txt".to_string(), text(self.table())),
+            ("results.json".to_string(), crate::io::text(self.json())),
+            ("table.txt".to_string(), crate::io::text(self.table())),
             (
                 "trace.json".to_string(),
                 Box::new(|w| self.write_trace(w, &crate::trace::TraceFilter::default())),
@@ -407,11 +405,9 @@ impl PlanSimulation {
     /// The files of `simulate --plan --out`: results.json, table.txt, trace.json and
     /// timeline-plan.json, each made as it is written.
     pub fn out_renders(&self) -> Vec<(String, crate::io::Render<'_>)> {
-        let text =
-            |t: String| -> crate::io::Render<'_> { Box::new(move |w| w.write_all(t.as_bytes())) };
         vec![
-            ("results.json".to_string(), text(self.json())),
-            ("table.txt".to_string(), text(self.table())),
+            ("results.json".to_string(), crate::io::text(self.json())),
+            ("table.txt".to_string(), crate::io::text(self.table())),
             (
                 "trace.json".to_string(),
                 Box::new(|w| self.write_trace(w, &crate::trace::TraceFilter::default())),

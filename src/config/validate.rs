@@ -770,54 +770,46 @@ fn check_moe(
     workload: Workload,
     p: &Parallel,
 ) -> R<()> {
-    if workload == Workload::Moe {
-        let Some(moe) = model.moe else {
-            return Err(ConfigError::invalid(
-                &at("model"),
-                "model",
-                &model.name,
-                "workload moe needs a mixture-of-experts model (a [moe] table, a Hugging Face config with experts, or the presets mixtral-8x7b and deepseek-v3)",
-            ));
-        };
-        for (key, v) in [
-            ("parallel.tp", p.tp),
-            ("parallel.dp", p.dp),
-            ("parallel.ulysses", p.ulysses),
-        ] {
-            if v != 1 {
+    let layered = matches!(workload, Workload::Layer | Workload::Step);
+    if workload == Workload::Moe && model.moe.is_none() {
+        return Err(ConfigError::invalid(
+            &at("model"),
+            "model",
+            &model.name,
+            "workload moe needs a mixture-of-experts model (a [moe] table, a Hugging Face config with experts, or the presets mixtral-8x7b and deepseek-v3)",
+        ));
+    }
+    if let (Some(moe), true) = (model.moe, layered || workload == Workload::Moe) {
+        if workload == Workload::Moe {
+            for (key, v) in [
+                ("parallel.tp", p.tp),
+                ("parallel.dp", p.dp),
+                ("parallel.ulysses", p.ulysses),
+            ] {
+                if v != 1 {
+                    return Err(ConfigError::invalid(
+                        &at(key),
+                        key,
+                        v,
+                        "workload moe runs one MoE block over the expert-parallel ranks (--ep) alone: set it to 1",
+                    ));
+                }
+            }
+        } else {
+            // MoE parallel folding: the expert-parallel groups are drawn from a stage's
+            // ranks.
+            let stage = p.tp * p.ulysses * p.dp;
+            if stage % p.ep != 0 {
                 return Err(ConfigError::invalid(
-                    &at(key),
-                    key,
-                    v,
-                    "workload moe runs one MoE block over the expert-parallel ranks (--ep) alone: set it to 1",
+                    &at("parallel.ep"),
+                    "parallel.ep",
+                    p.ep,
+                    format!(
+                        "must divide a pipeline stage's tp × ulysses × dp = {} × {} × {} = {stage} ranks, which the expert-parallel groups are drawn from",
+                        p.tp, p.ulysses, p.dp
+                    ),
                 ));
             }
-        }
-        if moe.experts % p.ep != 0 {
-            return Err(ConfigError::invalid(
-                &at("parallel.ep"),
-                "parallel.ep",
-                p.ep,
-                format!("must divide the model's {} routed experts", moe.experts),
-            ));
-        }
-        return Ok(());
-    }
-    let layered = matches!(workload, Workload::Layer | Workload::Step);
-    if let (Some(moe), true) = (model.moe, layered) {
-        // MoE parallel folding: the expert-parallel groups are drawn from a stage's
-        // ranks.
-        let stage = p.tp * p.ulysses * p.dp;
-        if stage % p.ep != 0 {
-            return Err(ConfigError::invalid(
-                &at("parallel.ep"),
-                "parallel.ep",
-                p.ep,
-                format!(
-                    "must divide a pipeline stage's tp × ulysses × dp = {} × {} × {} = {stage} ranks, which the expert-parallel groups are drawn from",
-                    p.tp, p.ulysses, p.dp
-                ),
-            ));
         }
         if moe.experts % p.ep != 0 {
             return Err(ConfigError::invalid(

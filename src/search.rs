@@ -18,10 +18,20 @@
 //!    without them: first the lowest ZeRO stage asked for without recomputation; if that
 //!    does not fit, ZeRO-3 and full recomputation each alone; if neither fits, both.
 //!
+//! 4. **Bound** (ranking by tokens/s, MFU or step time, unless `--no-prune`): every
+//!    layout gets a floor on its step time without simulation ([`floor`]: the busiest
+//!    stream's compute, communication free). The `top` layouts with the lowest floors are
+//!    simulated first; the step time of the `top`-th best row they give, plus
+//!    [`PRUNE_MARGIN`], is the bar. A layout whose floor passes the bar is left out
+//!    unsimulated, and one whose simulation passes the bar under every strategy is
+//!    stopped there (more micro-batches never end a step sooner). Neither can reach
+//!    the table. Every shard computes the same floors and bar.
+//!
 //! Screening: a step's time is linear in its micro-batches once the pipeline is full
 //! (each further micro-batch adds one forward and backward per stage; the fill, drain and
-//! gradient sync are the same), so a layout with more than m₂ micro-batches is simulated
-//! at m₁ and m₂ (pp and 2·pp; 2 and 3 without stages) and its figures extrapolated to m
+//! gradient sync are the same), so a layout with more than m₂ micro-batches is
+//! simulated at m₁ and m₂ (pp and pp + 1 for 1F1B and GPipe, 2·pp and 3·pp interleaved;
+//! 2 and 3 without stages) and its figures extrapolated to m
 //! ([`extrapolate`]). The best rows are then simulated whole (`verify`), and those exact
 //! figures rank them.
 
@@ -199,6 +209,10 @@ pub struct Counts {
     pub dominated: u64,
     /// Layouts simulated (each under every strategy).
     pub layouts: u64,
+    /// Layouts left out as slower than the best rows' steps ([`prune_bar`]): their
+    /// compute alone ([`floor`]), or their step simulated up to the bar, takes longer.
+    #[serde(default)]
+    pub pruned: u64,
     /// Layouts left out because screening them needs more than the event budget
     /// (`--max-events`), by name.
     pub over_budget: Vec<String>,
@@ -557,13 +571,111 @@ pub fn extrapolate(a: &Figures, b: &Figures, m1: u64, m2: u64, m: u64) -> Figure
     }
 }
 
-/// Each strategy's figures for `sc` as `simulate` reports them, and the baseline.
+/// The figures a floor on the step time bounds: the same global batch makes tokens/s and
+/// MFU inversely proportional to the step time, and the step time is the makespan.
+pub fn floor_bounds(by: &RankBy) -> bool {
+    matches!(by.0.as_str(), "tokens_per_s" | "mfu_ratio" | "makespan_us")
+}
+
+/// A floor on candidate `c`'s step time (µs) under its best strategy, found without
+/// simulating: the busiest stream's compute alone ([`crate::exec::sim::stream_compute`]),
+/// the least over `strategies`. Every rank of a layout computes the same share, whatever
+/// dp is: the floor is taken on a plan of the fewest data-parallel replicas the layout's
+/// groups allow (one for a dense model; enough for the expert-parallel groups of a MoE
+/// model), with no communication timed. A stream's compute grows by the same amount with
+/// each micro-batch, so a layout with many micro-batches is built with one and two (pp
+/// and 2·pp interleaved) and the floor carried along the line through them, stream by
+/// stream.
+pub fn floor(c: &Candidate, sc: &Scenario, strategies: &[Strategy]) -> Result<f64, SearchError> {
+    let l = &c.layout;
+    let fail = |reason: String| SearchError::Layout {
+        layout: l.name(),
+        reason,
+    };
+    let mut small = sc.clone();
+    let group = sc.parallel.tp * sc.parallel.ulysses;
+    small.parallel.dp = (1..=sc.parallel.dp)
+        .find(|d| sc.parallel.dp % d == 0 && (group * d) % sc.parallel.ep.max(1) == 0)
+        .unwrap_or(sc.parallel.dp);
+    // Each stream's compute, by (rank, stream name).
+    type Busy = Vec<((u32, String), f64)>;
+    let busy = |m: u64, s: Strategy| -> Result<Busy, SearchError> {
+        let mut sc = small.clone();
+        sc.micro_batches = m;
+        let plan =
+            crate::strategy::build_limited(&sc, sc.workload, s, false, crate::plan::op_limit())
+                .map_err(|e| fail(e.to_string()))?;
+        let b = crate::exec::sim::stream_compute(&plan, &sc.hardware)
+            .map_err(|e| fail(e.to_string()))?;
+        Ok(plan
+            .streams
+            .iter()
+            .map(|st| (st.rank, st.name.clone()))
+            .zip(b)
+            .collect())
+    };
+    // Two small points: compute is the same for every micro-batch, so its line is
+    // exact from one micro-batch on (the interleaved schedule takes multiples of pp).
+    let m = l.micro_batches;
+    let (m1, m2) = if l.pp > 1 && l.schedule.starts_with("interleaved") {
+        (l.pp, 2 * l.pp)
+    } else {
+        (1, 2)
+    };
+    let mut best = f64::INFINITY;
+    for &s in strategies {
+        let whole = |s| -> Result<f64, SearchError> {
+            Ok(busy(m, s)?.into_iter().map(|(_, t)| t).fold(0.0, f64::max))
+        };
+        let f = if m <= m2 {
+            whole(s)?
+        } else {
+            let a = busy(m1, s)?;
+            let b = busy(m2, s)?;
+            if a.len() != b.len() || a.iter().zip(&b).any(|(x, y)| x.0 != y.0) {
+                // Streams that differ between the points: the whole step.
+                whole(s)?
+            } else {
+                let k = (m - m2) as f64 / (m2 - m1) as f64;
+                a.iter()
+                    .zip(&b)
+                    .map(|((_, x), (_, y))| y + (y - x) * k)
+                    .fold(0.0, f64::max)
+            }
+        };
+        best = best.min(f);
+    }
+    Ok(best * 1e6)
+}
+
+/// How far above the best rows' step time a layout's floor may be and still be
+/// simulated: the bar is set on screened (extrapolated) figures, which are within 1% of
+/// the whole step on the tests' layouts, so a floor this much above it cannot belong to
+/// a row the table shows.
+pub const PRUNE_MARGIN: f64 = 0.03;
+
+/// The step time (µs) a layout's [`floor`] must not pass to be simulated: the `keep`-th
+/// best of `rows` by `by` (the rows the table shows and verifies), plus
+/// [`PRUNE_MARGIN`]. `None` (prune nothing) with fewer rows.
+pub fn prune_bar<'r>(rows: impl Iterator<Item = &'r Row>, by: &RankBy, keep: usize) -> Option<f64> {
+    let mut ms: Vec<f64> = rows
+        .filter(|r| by.key(&r.screened).is_finite())
+        .map(|r| r.screened.makespan_us)
+        .collect();
+    ms.sort_by(f64::total_cmp);
+    ms.get(keep - 1).map(|m| m * (1.0 + PRUNE_MARGIN))
+}
+
+/// Each strategy's figures for `sc` as `simulate` reports them, and the baseline;
+/// `None` when every strategy's run passed `deadline` (seconds of simulated time).
 fn simulate_all(
     layout: &Layout,
     sc: &Scenario,
     strategies: &[Strategy],
     max_events: u64,
-) -> Result<(Vec<Figures>, f64), SearchError> {
+    deadline: Option<f64>,
+) -> Result<Option<(Vec<Figures>, f64)>, SearchError> {
+    use crate::exec::sim::SimError;
     let mut sc = sc.clone();
     sc.strategies = strategies.to_vec();
     let opts = crate::exec::sim::SimOptions {
@@ -571,9 +683,9 @@ fn simulate_all(
         max_events,
         ..Default::default()
     };
-    let run = simulate::run_scenario(&sc, &opts).map_err(|e| match e {
+    let fail = |e: simulate::RunError| match e {
         simulate::RunError::Sim {
-            source: crate::exec::sim::SimError::EventBudget { budget },
+            source: SimError::EventBudget { budget },
             ..
         } => SearchError::OverBudget {
             layout: layout.name(),
@@ -583,22 +695,59 @@ fn simulate_all(
             layout: layout.name(),
             reason: e.to_string(),
         },
-    })?;
+    };
+    let timed = crate::exec::sim::SimOptions {
+        deadline,
+        ..opts.clone()
+    };
+    let mut runs: Vec<Option<simulate::StrategyRun>> = Vec::with_capacity(strategies.len());
+    for &s in strategies {
+        match simulate::run_strategy(&sc, s, &timed) {
+            Ok(r) => runs.push(Some(r)),
+            Err(simulate::RunError::Sim {
+                source: SimError::PastDeadline { .. },
+                ..
+            }) => runs.push(None),
+            Err(e) => return Err(fail(e)),
+        }
+    }
+    if runs.iter().all(Option::is_none) {
+        return Ok(None);
+    }
+    // Some strategy ends in time: the others' rows are wanted too.
+    let runs = strategies
+        .iter()
+        .zip(runs)
+        .map(|(&s, r)| match r {
+            Some(r) => Ok(r),
+            None => simulate::run_strategy(&sc, s, &opts).map_err(fail),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let sequential_makespan = simulate::baseline(&sc, &runs, &opts).map_err(fail)?;
+    let run = simulate::ScenarioRun {
+        runs,
+        sequential_makespan,
+        sampling: None,
+    };
     let figures = report::rows(&sc, &run)
         .into_iter()
         .map(|r| r.figures)
         .collect();
-    Ok((figures, run.sequential_makespan))
+    Ok(Some((figures, run.sequential_makespan)))
 }
 
-/// Screen candidate `c` under `strategies`: its rows (ranks unset).
+/// Screen candidate `c` under `strategies`: its rows (ranks unset), or `None` when a
+/// step of it, whole or at a screening point, passes `deadline` (seconds) under every
+/// strategy. More micro-batches never end a step sooner, so the whole step would pass
+/// it too.
 pub fn screen(
     c: &Candidate,
     sc: &Scenario,
     strategies: &[Strategy],
     exact: bool,
     max_events: u64,
-) -> Result<Vec<Row>, SearchError> {
+    deadline: Option<f64>,
+) -> Result<Option<Vec<Row>>, SearchError> {
     let m = c.layout.micro_batches;
     let points = if exact {
         None
@@ -606,18 +755,22 @@ pub fn screen(
         screen_points(c.layout.pp, &c.layout.schedule, m)
     };
     let (figures, extrapolated) = match points {
-        None => (
-            simulate_all(&c.layout, sc, strategies, max_events)?.0,
-            false,
-        ),
+        None => match simulate_all(&c.layout, sc, strategies, max_events, deadline)? {
+            Some((f, _)) => (f, false),
+            None => return Ok(None),
+        },
         Some((m1, m2)) => {
             let at = |k: u64| {
                 let mut sc = sc.clone();
                 sc.micro_batches = k;
-                simulate_all(&c.layout, &sc, strategies, max_events)
+                simulate_all(&c.layout, &sc, strategies, max_events, deadline)
             };
-            let (a, base_a) = at(m1)?;
-            let (b, base_b) = at(m2)?;
+            let Some((a, base_a)) = at(m1)? else {
+                return Ok(None);
+            };
+            let Some((b, base_b)) = at(m2)? else {
+                return Ok(None);
+            };
             let base = base_b + (base_b - base_a) * (m - m2) as f64 / (m2 - m1) as f64;
             let f = a
                 .iter()
@@ -632,20 +785,22 @@ pub fn screen(
             (f, true)
         }
     };
-    Ok(strategies
-        .iter()
-        .zip(figures)
-        .map(|(s, f)| Row {
-            rank: 0,
-            index: c.index,
-            layout: c.layout.clone(),
-            strategy: s.to_string(),
-            memory_gib: (c.memory_gib * 1e3).round() / 1e3,
-            extrapolated,
-            exact: (!extrapolated).then(|| f.clone()),
-            screened: f,
-        })
-        .collect())
+    Ok(Some(
+        strategies
+            .iter()
+            .zip(figures)
+            .map(|(s, f)| Row {
+                rank: 0,
+                index: c.index,
+                layout: c.layout.clone(),
+                strategy: s.to_string(),
+                memory_gib: (c.memory_gib * 1e3).round() / 1e3,
+                extrapolated,
+                exact: (!extrapolated).then(|| f.clone()),
+                screened: f,
+            })
+            .collect(),
+    ))
 }
 
 /// The whole step of `row`'s layout under its strategy (the baseline is simulated too).
@@ -659,7 +814,7 @@ pub fn verify(
         layout: c.layout.name(),
         reason: e,
     })?;
-    let (f, _) = simulate_all(&c.layout, sc, &[s], max_events)?;
+    let (f, _) = simulate_all(&c.layout, sc, &[s], max_events, None)?.expect("no deadline");
     Ok(f.into_iter().next().expect("one strategy"))
 }
 
@@ -812,12 +967,13 @@ pub fn csv(f: &SearchFile) -> String {
 pub fn counts_line(c: &Counts, strategies: usize) -> String {
     let invalid: u64 = c.invalid.values().sum();
     format!(
-        "layouts: {} considered; {} indivisible, {} refused by the scenario's checks, {} out of memory, {} recompute/ZeRO-3 variants dominated; {} simulated × {} strategies{}",
+        "layouts: {} considered; {} indivisible, {} refused by the scenario's checks, {} out of memory, {} recompute/ZeRO-3 variants dominated, {} pruned as slower than the best steps; {} simulated × {} strategies{}",
         c.considered,
         c.indivisible,
         invalid,
         c.out_of_memory,
         c.dominated,
+        c.pruned,
         c.layouts,
         strategies,
         if c.over_budget.is_empty() {
@@ -970,6 +1126,7 @@ pub fn merge(files: Vec<(String, SearchFile)>) -> Result<SearchFile, SearchError
     let mut all = Vec::new();
     let mut counts = first.counts.clone();
     counts.layouts = 0;
+    counts.pruned = 0;
     counts.over_budget.clear();
     counts.unverified.clear();
     for (name, f) in std::iter::once((first_name, first.clone())).chain(it) {
@@ -987,6 +1144,7 @@ pub fn merge(files: Vec<(String, SearchFile)>) -> Result<SearchFile, SearchError
         }
         seen[s.index as usize] = true;
         counts.layouts += f.counts.layouts;
+        counts.pruned += f.counts.pruned;
         counts.over_budget.extend(f.counts.over_budget);
         counts.unverified.extend(f.counts.unverified);
         all.extend(f.rows);

@@ -413,6 +413,7 @@ def search(
     dp_strategy: Optional[Sequence[str]] = None,
     exact: bool = False,
     verify: int = 5,
+    prune: bool = True,
     top: int = 10,
     threads: int = 0,
     shard: Optional[str] = None,
@@ -429,9 +430,10 @@ def search(
     default the powers of two dividing its experts), ``micro_batch``, ``pp_schedule`` (``"1f1b"``,
     ``"interleaved:V"``, ``"gpipe"``; default 1f1b and interleaved:2), ``recompute``
     (default none and full), ``zero`` and ``dp_strategy`` (the data-parallel site's
-    strategies: ``sequential``, ``bulk``, ``flash``) bound the layouts tried. ``out`` writes the
-    command's files there; ``dry_run`` lists the layouts without simulating them (in
-    ``summary``)."""
+    strategies: ``sequential``, ``bulk``, ``flash``) bound the layouts tried;
+    ``prune=False`` simulates every layout, even those whose compute alone is slower
+    than the best rows' steps. ``out`` writes the command's files there; ``dry_run``
+    lists the layouts without simulating them (in ``summary``)."""
     kwargs: Dict[str, Any] = {}
     if max_events is not None:
         kwargs["max_events"] = max_events
@@ -455,6 +457,7 @@ def search(
             dp_strategy=None if dp_strategy is None else list(dp_strategy),
             exact=exact,
             verify=verify,
+            prune=prune,
             top=top,
             threads=threads,
             shard=shard,

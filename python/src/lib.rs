@@ -387,6 +387,7 @@ fn sweep(
     dp_strategy = None,
     exact = false,
     verify = 5,
+    prune = true,
     top = 10,
     threads = 0,
     shard = None,
@@ -416,6 +417,7 @@ fn search(
     dp_strategy: Option<Vec<String>>,
     exact: bool,
     verify: u64,
+    prune: bool,
     top: usize,
     threads: usize,
     shard: Option<&str>,
@@ -484,6 +486,7 @@ fn search(
     .map_err(app_error)?;
     r.exact = exact;
     r.verify = verify;
+    r.prune = prune;
     r.top = top;
     r.threads = threads;
     r.shard = shard

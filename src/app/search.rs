@@ -29,6 +29,9 @@ pub struct Request {
     pub exact: bool,
     /// Rows simulated whole after screening.
     pub verify: u64,
+    /// Leave out layouts whose compute alone takes longer than the best rows' steps
+    /// (see [`search::PRUNE_MARGIN`]); `false`: simulate every layout.
+    pub prune: bool,
     /// Rows the summary shows.
     pub top: usize,
     /// Worker threads (0: one per core).
@@ -53,6 +56,7 @@ impl Request {
             rank_by: RankBy::default(),
             exact: false,
             verify: 5,
+            prune: true,
             top: 10,
             threads: 0,
             shard: None,
@@ -315,30 +319,100 @@ pub fn run(a: &Request, pb: &dyn Progress) -> Result<Searched, Error> {
         .num_threads(a.threads)
         .build()
         .map_err(|e| Error::run(format!("cannot start worker threads: {e}")))?;
-    pb.start(mine.len() as u64, 0);
+    // Floors first (every shard the same ones, so that they prune alike): the layouts
+    // with the lowest screen first, and set the bar the others' floors must pass.
+    let prune = a.prune && search::floor_bounds(&a.rank_by);
+    let floors: Vec<f64> = if prune {
+        pool.install(|| {
+            candidates
+                .par_iter()
+                .map(|c| {
+                    c.scenario(&grid, a.space.order)
+                        .and_then(|sc| search::floor(c, &sc, &strategies))
+                        // A layout whose plan cannot be built is screened and reported.
+                        .unwrap_or(0.0)
+                })
+                .collect()
+        })
+    } else {
+        Vec::new()
+    };
+    let lead: Vec<&search::Candidate> = if prune {
+        let mut order: Vec<&search::Candidate> = candidates.iter().collect();
+        order.sort_by(|x, y| {
+            floors[x.index as usize]
+                .total_cmp(&floors[y.index as usize])
+                .then(x.index.cmp(&y.index))
+        });
+        order.truncate(a.top.max(a.verify as usize).max(1));
+        order
+    } else {
+        mine.clone()
+    };
+    let extra = lead
+        .iter()
+        .filter(|c| !search::holds(a.shard, c.index))
+        .count();
+    pb.start((mine.len() + extra) as u64, 0);
     let stop = AtomicBool::new(false);
-    let results: Vec<Option<Result<Vec<search::Row>, search::SearchError>>> = pool.install(|| {
-        mine.par_iter()
-            .map(|c| {
-                if stop.load(Ordering::Relaxed) {
-                    return None;
-                }
-                let r = c
-                    .scenario(&grid, a.space.order)
-                    .and_then(|sc| search::screen(c, &sc, &strategies, a.exact, a.max_events));
-                if matches!(r, Err(ref e) if !matches!(e, search::SearchError::OverBudget { .. })) {
-                    stop.store(true, Ordering::Relaxed);
-                }
-                pb.inc();
-                Some(r)
-            })
-            .collect()
-    });
+    let screen_all = |set: &[&search::Candidate], deadline: Option<f64>| {
+        pool.install(|| {
+            set.par_iter()
+                .map(|c| {
+                    if stop.load(Ordering::Relaxed) {
+                        return None;
+                    }
+                    let r = c.scenario(&grid, a.space.order).and_then(|sc| {
+                        search::screen(c, &sc, &strategies, a.exact, a.max_events, deadline)
+                    });
+                    if matches!(r, Err(ref e) if !matches!(e, search::SearchError::OverBudget { .. }))
+                    {
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                    pb.inc();
+                    Some((c.index, r))
+                })
+                .collect::<Vec<_>>()
+        })
+    };
+    let mut results = screen_all(&lead, None);
+    if prune {
+        let bar = search::prune_bar(
+            results
+                .iter()
+                .flatten()
+                .filter_map(|(_, r)| r.as_ref().ok())
+                .flatten()
+                .flatten(),
+            &a.rank_by,
+            a.top.max(a.verify as usize).max(1),
+        );
+        let led: std::collections::BTreeSet<u64> = lead.iter().map(|c| c.index).collect();
+        let (rest, pruned): (Vec<&search::Candidate>, Vec<&search::Candidate>) = mine
+            .iter()
+            .filter(|c| !led.contains(&c.index))
+            .partition(|c| bar.is_none_or(|b| floors[c.index as usize] <= b));
+        counts.pruned = pruned.len() as u64;
+        counts.layouts -= counts.pruned;
+        for _ in &pruned {
+            pb.inc();
+        }
+        // A layout simulated past the bar (under every strategy, at a point with no
+        // more micro-batches than its own) is pruned as well.
+        results.extend(screen_all(&rest, bar.map(|b| b * 1e-6)));
+    }
     pb.finish();
     let mut rows = Vec::new();
-    for r in results.into_iter().flatten() {
+    for (index, r) in results.into_iter().flatten() {
+        if !search::holds(a.shard, index) {
+            continue;
+        }
         match r {
-            Ok(r) => rows.extend(r),
+            Ok(Some(r)) => rows.extend(r),
+            Ok(None) => {
+                counts.pruned += 1;
+                counts.layouts -= 1;
+            }
             Err(search::SearchError::OverBudget { layout, .. }) => counts.over_budget.push(layout),
             Err(e) => return Err(Error::run(e)),
         }

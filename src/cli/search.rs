@@ -136,6 +136,13 @@ pub struct RunArgs {
     /// Rows simulated whole after screening.
     #[arg(long, default_value_t = 5)]
     pub verify: u64,
+    /// Simulate every layout. By default (ranking by tokens_per_s, mfu_ratio or
+    /// makespan_us) the layouts with the lowest compute floor are simulated first, and a
+    /// layout whose compute alone (the busiest stream's kernels, communication free)
+    /// takes over 3% longer than the step of the row at --top (or --verify) is counted
+    /// as pruned instead: it cannot reach the table.
+    #[arg(long)]
+    pub no_prune: bool,
     /// Rows the table shows.
     #[arg(long, default_value_t = 10)]
     pub top: usize,
@@ -226,6 +233,7 @@ fn request(a: &RunArgs) -> Result<app::Request, CliError> {
     .map_err(super::from_app)?;
     r.exact = a.exact;
     r.verify = a.verify;
+    r.prune = !a.no_prune;
     r.top = a.top;
     r.threads = super::threads(a.threads)?;
     r.shard = a

@@ -162,8 +162,8 @@ fn thread_count_and_sharding_do_not_change_the_result() {
 
 #[test]
 fn screened_figures_stay_close_to_the_whole_step() {
-    let screened = json(&["--verify", "0"]);
-    let exact = json(&["--exact"]);
+    let screened = json(&["--verify", "0", "--no-prune"]);
+    let exact = json(&["--exact", "--no-prune"]);
     let key = |r: &serde_json::Value| {
         (
             r["tp"].as_u64().unwrap(),
@@ -196,6 +196,76 @@ fn screened_figures_stay_close_to_the_whole_step() {
         checked += 1;
     }
     assert!(checked >= 4, "only {checked} rows were screened");
+}
+
+/// Pruning leaves the table as it was: the layouts it leaves out (by their compute floor,
+/// or simulated past the bar) are all slower than the rows shown, and shards prune alike.
+#[test]
+fn pruning_leaves_the_table_as_it_was() {
+    let pruned = json(&["--top", "2"]);
+    let all = json(&["--top", "2", "--no-prune"]);
+    let n = pruned["counts"]["pruned"].as_u64().unwrap();
+    assert!(n > 0, "nothing was pruned");
+    assert_eq!(all["counts"]["pruned"], 0);
+    assert_eq!(
+        pruned["counts"]["layouts"].as_u64().unwrap() + n,
+        all["counts"]["layouts"].as_u64().unwrap()
+    );
+    // Two strategies a layout.
+    assert_eq!(
+        rows(&pruned).len() as u64 + 2 * n,
+        rows(&all).len() as u64,
+        "a pruned layout left rows"
+    );
+    for (a, b) in rows(&pruned).iter().zip(rows(&all)).take(2) {
+        assert_eq!(a, b, "pruning changed the table");
+    }
+    // Every pruned layout's best row is slower than the table's last.
+    let shown = rows(&all)[1]["exact"]["makespan_us"].as_f64().unwrap();
+    let kept: std::collections::BTreeSet<u64> = rows(&pruned)
+        .iter()
+        .map(|r| r["index"].as_u64().unwrap())
+        .collect();
+    for r in rows(&all) {
+        if !kept.contains(&r["index"].as_u64().unwrap()) {
+            let f = if r["exact"].is_null() {
+                &r["screened"]
+            } else {
+                &r["exact"]
+            };
+            assert!(f["makespan_us"].as_f64().unwrap() > shown, "{r}");
+        }
+    }
+    let out = search(&["--top", "2"]);
+    assert!(
+        out.contains(&format!("{n} pruned as slower than the best steps")),
+        "{out}"
+    );
+    // Shards prune as one run does.
+    let d = tempfile::tempdir().unwrap();
+    for i in 0..3 {
+        let out = d.path().join(format!("s{i}"));
+        search(&[
+            "--top",
+            "2",
+            "--shard",
+            &format!("{i}/3"),
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+    }
+    let merged = d.path().join("merged");
+    bin()
+        .args(["search", "merge", "--top", "2"])
+        .args((0..3).map(|i| d.path().join(format!("s{i}"))))
+        .arg("--out")
+        .arg(&merged)
+        .assert()
+        .success();
+    let whole: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(merged.join("search.json")).unwrap())
+            .unwrap();
+    assert_eq!(whole, pruned, "merged shards differ from one pruned search");
 }
 
 #[test]
@@ -251,8 +321,9 @@ fn csv_columns() {
 #[test]
 fn data_parallel_strategies_are_an_axis() {
     // `--tp 2` again is the same axis (values given twice count once).
-    let doc = json(&["--dp-strategy", "bulk,flash", "--tp", "2"]);
-    let plain = json(&[]);
+    // Every layout simulated, so that the counts compare.
+    let doc = json(&["--dp-strategy", "bulk,flash", "--tp", "2", "--no-prune"]);
+    let plain = json(&["--no-prune"]);
     let rows = rows(&doc);
     let synced = |r: &&serde_json::Value| r["dp"].as_u64().unwrap() > 1;
     let sites: std::collections::BTreeSet<&str> = rows

@@ -65,6 +65,9 @@ pub enum SimError {
     },
     #[error("a symmetric plan cannot run here: {why}")]
     Asymmetric { why: String },
+    /// The run's clock passed [`SimOptions::deadline`]: its makespan is later.
+    #[error("the run passed its deadline of {deadline} s of simulated time")]
+    PastDeadline { deadline: f64 },
     #[error(
         "deadlock: {done} of {total} ops finished; launch of {label} on rank {rank} never started"
     )]
@@ -89,6 +92,9 @@ pub struct SimOptions {
     pub jitter: Option<Jitter>,
     /// Ranks and links slower than their peers.
     pub stragglers: Vec<Straggler>,
+    /// Stop (with [`SimError::PastDeadline`]) once simulated time passes this many
+    /// seconds: for a caller that only needs runs ending sooner (the layout search).
+    pub deadline: Option<f64>,
 }
 
 impl Default for SimOptions {
@@ -99,6 +105,7 @@ impl Default for SimOptions {
             interference: None,
             jitter: None,
             stragglers: Vec::new(),
+            deadline: None,
         }
     }
 }
@@ -306,6 +313,87 @@ fn network_with_stragglers(
     Ok(net)
 }
 
+/// The cost model's time of each op ([`COMM`] for sends and receives, whose time the
+/// network decides), before jitter, stragglers and interference. Consecutive ops often
+/// share a shape and plans repeat a few shapes many times, while a profile with measured
+/// points makes each GEMM evaluation a pass over them: GEMM times are kept by shape.
+struct Durations<'g> {
+    gpu: &'g crate::scenario::GpuSpec,
+    last: Option<((u64, u64, u64, usize), f64)>,
+    seen: std::collections::BTreeMap<(u64, u64, u64, usize), f64>,
+}
+
+impl<'g> Durations<'g> {
+    fn new(gpu: &'g crate::scenario::GpuSpec) -> Durations<'g> {
+        Durations {
+            gpu,
+            last: None,
+            seen: std::collections::BTreeMap::new(),
+        }
+    }
+
+    fn of(&mut self, kind: &OpKind) -> Result<f64, CostError> {
+        let gpu = self.gpu;
+        Ok(match *kind {
+            OpKind::Gemm { m, n, k, dtype } => {
+                let shape = (m, n, k, dtype as usize);
+                match self.last {
+                    Some((s, t)) if s == shape => t,
+                    _ => {
+                        let t = match self.seen.get(&shape) {
+                            Some(&t) => t,
+                            None => {
+                                let t = cost::gemm_time(gpu, m, n, k, dtype)?;
+                                self.seen.insert(shape, t);
+                                t
+                            }
+                        };
+                        self.last = Some((shape, t));
+                        t
+                    }
+                }
+            }
+            OpKind::GroupedGemm {
+                groups,
+                m,
+                n,
+                k,
+                dtype,
+            } => cost::grouped_gemm_time(gpu, groups as u64, m, n, k, dtype)?,
+            OpKind::Attention(a) => cost::attention_time(gpu, &a)?,
+            OpKind::Elementwise {
+                kind: EltKind::Join,
+                ..
+            } => 0.0,
+            OpKind::Elementwise { bytes, .. } => cost::elementwise_time(gpu, bytes),
+            OpKind::Copy { bytes } => cost::elementwise_time(gpu, bytes.saturating_mul(2)),
+            OpKind::Send { .. } | OpKind::Recv { .. } => COMM,
+        })
+    }
+}
+
+/// Each stream's compute (in stream-id order, seconds): its launches' cost-model times,
+/// each launch taking its longest op, sends and receives none. The busiest stream's is a
+/// lower bound on the makespan, found without simulating: a stream runs its launches one
+/// after another, and without jitter or stragglers (whose factors may fall below 1)
+/// nothing the engine adds makes an op shorter than that time (communication only
+/// delays; interference slowdowns are validated ≥ 1).
+pub fn stream_compute(plan: &Plan, hw: &Hardware) -> Result<Vec<f64>, SimError> {
+    let mut durations = Durations::new(&hw.gpu);
+    let mut busy = vec![0.0f64; plan.streams.len()];
+    for l in 0..plan.launch_count() as LaunchId {
+        let mut longest = 0.0f64;
+        for &op in plan.launch_ops(l) {
+            let t = durations.of(&plan.ops[op as usize].kind)?;
+            if t != COMM {
+                longest = longest.max(t);
+            }
+        }
+        busy[plan.launch_stream(l) as usize] += longest;
+    }
+    Ok(busy)
+}
+
 impl<'p> Engine<'p> {
     /// Per-op and per-launch state in one pass over the plan. Consecutive ops often share a
     /// shape, so the last GEMM's time is reused.
@@ -322,50 +410,12 @@ impl<'p> Engine<'p> {
         ];
         let mut times = Vec::with_capacity(plan.op_count());
         let mut op_launch = Vec::with_capacity(plan.op_count());
-        // GEMM times by shape: plans repeat a few shapes many times, and a profile with
-        // measured points makes each evaluation cost a pass over them.
-        let mut last: Option<((u64, u64, u64, usize), f64)> = None;
-        let mut seen: std::collections::BTreeMap<(u64, u64, u64, usize), f64> =
-            std::collections::BTreeMap::new();
+        let mut durations = Durations::new(gpu);
         for (id, o) in plan.ops.iter().enumerate() {
             let ls = &mut launch[o.launch as usize];
             ls.remaining += 1;
             ls.pending += plan.deps(id as OpId).len() as u32;
-            let duration = match o.kind {
-                OpKind::Gemm { m, n, k, dtype } => {
-                    let shape = (m, n, k, dtype as usize);
-                    match last {
-                        Some((s, t)) if s == shape => t,
-                        _ => {
-                            let t = match seen.get(&shape) {
-                                Some(&t) => t,
-                                None => {
-                                    let t = cost::gemm_time(gpu, m, n, k, dtype)?;
-                                    seen.insert(shape, t);
-                                    t
-                                }
-                            };
-                            last = Some((shape, t));
-                            t
-                        }
-                    }
-                }
-                OpKind::GroupedGemm {
-                    groups,
-                    m,
-                    n,
-                    k,
-                    dtype,
-                } => cost::grouped_gemm_time(gpu, groups as u64, m, n, k, dtype)?,
-                OpKind::Attention(a) => cost::attention_time(gpu, &a)?,
-                OpKind::Elementwise {
-                    kind: EltKind::Join,
-                    ..
-                } => 0.0,
-                OpKind::Elementwise { bytes, .. } => cost::elementwise_time(gpu, bytes),
-                OpKind::Copy { bytes } => cost::elementwise_time(gpu, bytes.saturating_mul(2)),
-                OpKind::Send { .. } | OpKind::Recv { .. } => COMM,
-            };
+            let duration = durations.of(&o.kind)?;
             let duration = if duration == COMM {
                 COMM
             } else {
@@ -500,6 +550,11 @@ impl<'p> Engine<'p> {
                 });
             }
             self.now = queue::time_of(key);
+            if let Some(deadline) = self.opts.deadline
+                && self.now > deadline
+            {
+                return Err(SimError::PastDeadline { deadline });
+            }
             match ev {
                 Ev::OpDone(op) => self.op_done(op)?,
                 Ev::ComputeDone(op, v) => {

@@ -511,6 +511,70 @@ fn event_budget_is_enforced() {
 }
 
 #[test]
+fn a_deadline_stops_a_run_past_it_and_leaves_one_before_it_alone() {
+    let sc = default_scenario();
+    let whole = run_strategy(&sc, Strategy::Flash, &SimOptions::default()).unwrap();
+    let at = |deadline: f64| {
+        let opts = SimOptions {
+            deadline: Some(deadline),
+            ..SimOptions::default()
+        };
+        run_strategy(&sc, Strategy::Flash, &opts)
+    };
+    let after = at(whole.metrics.makespan * 1.001).unwrap();
+    assert_eq!(after.metrics.makespan, whole.metrics.makespan);
+    let e = at(whole.metrics.makespan * 0.5).unwrap_err();
+    assert!(e.to_string().contains("passed its deadline"), "{e}");
+}
+
+/// The busiest stream's compute is a floor on the makespan: equal to it where one
+/// compute stream runs alone (communication free), below it otherwise, under every
+/// strategy, with interference on or off, for blocks, layers and steps.
+#[test]
+fn the_compute_floor_never_passes_the_makespan() {
+    let mut cases = Vec::new();
+    for w in [Workload::Mlp, Workload::Layer, Workload::Step] {
+        let mut sc = default_scenario();
+        sc.workload = w;
+        if w == Workload::Step {
+            sc.parallel.pp = 2;
+            sc.parallel.tp = 4;
+            sc.micro_batches = 4;
+        }
+        for inter in [false, true] {
+            let mut sc = sc.clone();
+            sc.interference = inter;
+            cases.push(sc);
+        }
+    }
+    for sc in &cases {
+        for s in [Strategy::Sequential, Strategy::Chunked(4), Strategy::Flash] {
+            let r = run_strategy(sc, s, &SimOptions::default()).unwrap();
+            let floor = stream_compute(&r.plan, &sc.hardware)
+                .unwrap()
+                .into_iter()
+                .fold(0.0, f64::max);
+            assert!(floor > 0.0);
+            assert!(
+                floor <= r.metrics.makespan * (1.0 + 1e-12),
+                "{:?} {s}: floor {floor} over makespan {}",
+                sc.workload,
+                r.metrics.makespan
+            );
+        }
+    }
+    // One rank, no communication: the floor is the makespan.
+    let mut sc = scenario(1, 370.0, Workload::Mlp);
+    sc.parallel.tp = 1;
+    let r = run_strategy(&sc, Strategy::Sequential, &SimOptions::default()).unwrap();
+    let floor = stream_compute(&r.plan, &sc.hardware)
+        .unwrap()
+        .into_iter()
+        .fold(0.0, f64::max);
+    close(floor, r.metrics.makespan, "tp 1 floor");
+}
+
+#[test]
 fn near_zero_bandwidth_overflows_cleanly() {
     let mut sc = scenario(2, 370.0, Workload::GemmRs);
     sc.hardware.topology = Topology::nvswitch(

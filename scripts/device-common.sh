@@ -4,6 +4,10 @@
 # files) and come back as $OUT/all.tar.gz with $OUT/log.txt. The inner run gets the CUDA
 # and NCCL libraries of the lent machine's Python wheels, NVLink multicast off (the device
 # README says why), B (the staged binaries) and its output teed to $R/log.txt.
+# The device scripts read scripts/, models/, plans/ and hardware-profiles/ only: with
+# results/ (about 50 MB of checked-in runs) and .build-cuda the working tree passes the
+# lent machine's 64 MiB transfer limit, so move results/ aside for the call and back
+# after it.
 if [ -z "${FO_INNER:-}" ]; then
   rm -rf "$R"; mkdir -p "$R"
   FO_INNER=1 timeout "${FO_LIMIT_S:-$FO_DEFAULT_LIMIT_S}" bash "$0" "$@"

@@ -26,7 +26,9 @@ GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 if [ -z "${FO_HW:-}" ] && [ -z "${FO_BASE:-}" ] && [[ "$GPU" != *H200* ]]; then
   FO_BASE=h100-sxm-8
 fi
-if [ -n "${FO_CLOCKS:-}" ]; then
+# FO_CLOCKS=auto: only on an H200 (an H100 needs its own calibration first, and both do
+# not fit in one call).
+if [ -n "${FO_CLOCKS:-}" ] && { [ "$FO_CLOCKS" != auto ] || [[ "$GPU" == *H200* ]]; }; then
   stamp "clock settling (PyTorch GEMMs, nvidia-smi sampling)"
   /opt/torch/.venv/bin/python scripts/device-h200-clocks.py "$R/clocks" | tail -n 1
 fi

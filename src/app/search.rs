@@ -404,8 +404,15 @@ pub fn run(a: &Request, pb: &dyn Progress) -> Result<Searched, Error> {
     pb.finish();
     let mut rows = Vec::new();
     for (index, r) in results.into_iter().flatten() {
+        // A leading layout another shard holds only set the bar here; its failure
+        // (which stopped the rest) is this shard's failure too.
         if !search::holds(a.shard, index) {
-            continue;
+            match r {
+                Err(e) if !matches!(e, search::SearchError::OverBudget { .. }) => {
+                    return Err(Error::run(e));
+                }
+                _ => continue,
+            }
         }
         match r {
             Ok(Some(r)) => rows.extend(r),

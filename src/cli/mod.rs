@@ -38,8 +38,9 @@ pub mod exit {
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
-    /// Memory a plan may take, in GiB, estimated before it is built at 128 B per op;
-    /// a scenario over it is refused (exit 2) with its estimate
+    /// Memory a plan may take, in GiB, estimated before it is built at 128 B per op of a
+    /// collective and 384 B per op of a layer, step or MoE block; a scenario over it is
+    /// refused (exit 2) with its estimate
     #[arg(long, global = true, value_name = "GIB", default_value_t = crate::plan::DEFAULT_MEMORY_GIB)]
     pub max_memory: f64,
 }

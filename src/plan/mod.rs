@@ -495,6 +495,8 @@ pub struct PlanBuilder {
     next_tag: u64,
     model_flops: f64,
     limit: usize,
+    /// The memory estimate per op its limit was set at (for the refusal's message).
+    bytes_per_op: u64,
     buffers: Vec<BufferInfo>,
     io: Vec<Option<OpIo>>,
     outputs: Vec<Region>,
@@ -507,29 +509,43 @@ pub struct PlanBuilder {
 /// What one op of a plan costs in memory once built and simulated, as measured (a
 /// 1024-rank ring all-reduce without symmetry, 16.8 M ops, peaks at 1.74 GB: 104 B per
 /// op), rounded up: the plan's arrays, its dependencies and the engine's state per op.
+/// The figure for collectives; see [`LAYER_BYTES_PER_OP`].
 pub const BYTES_PER_OP: u64 = 128;
+
+/// The same for layer, step and MoE plans, whose ops carry scopes and site labels, whose
+/// runs keep a sequential baseline beside the strategy's plan, and whose compute ops
+/// carry the interference model's state: measured 278 B per op for a 3.3 M-op pipeline
+/// step alone, 325 B with its baseline, about 315 B for a MoE layer; rounded up.
+pub const LAYER_BYTES_PER_OP: u64 = 384;
 
 /// The memory a run may take by default, in GiB (`--max-memory` changes it).
 pub const DEFAULT_MEMORY_GIB: f64 = 24.0;
 
-/// The most ops one plan may hold by default: [`DEFAULT_MEMORY_GIB`] at
+/// The most ops one collective plan may hold by default: [`DEFAULT_MEMORY_GIB`] at
 /// [`BYTES_PER_OP`]; bigger plans are refused before they exhaust memory.
 pub const DEFAULT_OP_LIMIT: usize = 201_326_592;
 
-static OP_LIMIT: std::sync::atomic::AtomicUsize =
-    std::sync::atomic::AtomicUsize::new(DEFAULT_OP_LIMIT);
+static MEMORY_LIMIT: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(DEFAULT_OP_LIMIT as u64 * BYTES_PER_OP);
 
-/// The most ops one plan may hold in this process: [`DEFAULT_OP_LIMIT`] unless
-/// [`set_memory_limit`] changed it.
+/// The most ops one collective plan may hold in this process: [`DEFAULT_OP_LIMIT`]
+/// unless [`set_memory_limit`] changed it.
 pub fn op_limit() -> usize {
-    OP_LIMIT.load(std::sync::atomic::Ordering::Relaxed)
+    op_limit_at(BYTES_PER_OP)
 }
 
-/// Let plans take up to `bytes` of memory (at [`BYTES_PER_OP`]): the process-wide
-/// limit every plan builder checks its op count against, as `ulimit` is for a shell.
+/// The most ops of `bytes_per_op` each that fit this process's memory limit.
+pub fn op_limit_at(bytes_per_op: u64) -> usize {
+    let bytes = MEMORY_LIMIT.load(std::sync::atomic::Ordering::Relaxed);
+    usize::try_from(bytes / bytes_per_op.max(1))
+        .unwrap_or(usize::MAX)
+        .max(1)
+}
+
+/// Let plans take up to `bytes` of memory: the process-wide limit every plan builder
+/// checks its op count against (at its kind's bytes per op), as `ulimit` is for a shell.
 pub fn set_memory_limit(bytes: u64) {
-    let ops = usize::try_from(bytes / BYTES_PER_OP).unwrap_or(usize::MAX);
-    OP_LIMIT.store(ops.max(1), std::sync::atomic::Ordering::Relaxed);
+    MEMORY_LIMIT.store(bytes, std::sync::atomic::Ordering::Relaxed);
 }
 
 impl PlanBuilder {
@@ -548,6 +564,7 @@ impl PlanBuilder {
             next_tag: 0,
             model_flops: 0.0,
             limit: op_limit(),
+            bytes_per_op: BYTES_PER_OP,
             buffers: Vec::new(),
             io: Vec::new(),
             outputs: Vec::new(),
@@ -593,6 +610,13 @@ impl PlanBuilder {
 
     pub fn with_op_limit(mut self, limit: usize) -> PlanBuilder {
         self.limit = limit;
+        self
+    }
+
+    /// Refuse more ops than `limit`, stating the estimate at `bytes_per_op` each.
+    pub fn with_op_limit_at(mut self, limit: usize, bytes_per_op: u64) -> PlanBuilder {
+        self.limit = limit;
+        self.bytes_per_op = bytes_per_op;
         self
     }
 
@@ -740,6 +764,7 @@ impl PlanBuilder {
             return Err(PlanError::TooLarge {
                 limit: self.limit,
                 need: None,
+                per: self.bytes_per_op,
             });
         }
         let stream = *self

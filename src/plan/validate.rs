@@ -9,14 +9,15 @@ pub enum PlanError {
     #[error(
         "the plan would {need} (about {gib} GiB at {per} B per op), over the limit of {limit} ops ({lim_gib:.1} GiB, --max-memory); shrink the scenario (fewer ranks, chunks or layers) or raise --max-memory",
         need = match need { Some(n) => format!("hold {n} ops"), None => format!("exceed {limit} ops") },
-        gib = match need { Some(n) => format!("{:.1}", (*n as f64) * (super::BYTES_PER_OP as f64) / (1u64 << 30) as f64), None => format!("over {:.1}", (*limit as f64) * (super::BYTES_PER_OP as f64) / (1u64 << 30) as f64) },
-        lim_gib = (*limit as f64) * (super::BYTES_PER_OP as f64) / (1u64 << 30) as f64,
-        per = super::BYTES_PER_OP
+        gib = match need { Some(n) => format!("{:.1}", (*n as f64) * (*per as f64) / (1u64 << 30) as f64), None => format!("over {:.1}", (*limit as f64) * (*per as f64) / (1u64 << 30) as f64) },
+        lim_gib = (*limit as f64) * (*per as f64) / (1u64 << 30) as f64,
     )]
     TooLarge {
         limit: usize,
         /// The ops it would hold, where known before building.
         need: Option<u64>,
+        /// The memory estimate per op (bytes) of the plan's kind.
+        per: u64,
     },
     #[error("launch {launch} was never opened")]
     UnknownLaunch { launch: LaunchId },

@@ -956,6 +956,7 @@ pub fn build_with(spec: &CollectiveSpec, shift: Option<u32>) -> Result<Plan, Col
         return Err(PlanError::TooLarge {
             limit: crate::plan::op_limit(),
             need: Some(ops),
+            per: crate::plan::BYTES_PER_OP,
         }
         .into());
     }

@@ -498,7 +498,10 @@ pub fn declare(b: &mut PlanBuilder, ranks: &[u32], strategy: Strategy) -> Member
 pub fn build(s: &MoeShape, strategy: Strategy) -> Result<Plan, StrategyError> {
     check(strategy, s)?;
     let n = s.ep as usize;
-    let mut b = PlanBuilder::new(s.ep).without_dataflow();
+    let mut b = PlanBuilder::new(s.ep).without_dataflow().with_op_limit_at(
+        crate::plan::op_limit_at(crate::plan::LAYER_BYTES_PER_OP),
+        crate::plan::LAYER_BYTES_PER_OP,
+    );
     let ranks: Vec<u32> = (0..s.ep).collect();
     let st = declare(&mut b, &ranks, strategy);
     // Model FLOPs over every rank; the backward runs every GEMM again for the input

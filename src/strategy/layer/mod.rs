@@ -708,7 +708,10 @@ pub fn build(
     } else {
         PlanBuilder::new(world).without_dataflow()
     };
-    let mut b = b.with_op_limit(max_ops.min(crate::plan::op_limit()));
+    let mut b = b.with_op_limit_at(
+        max_ops.min(crate::plan::op_limit_at(crate::plan::LAYER_BYTES_PER_OP)),
+        crate::plan::LAYER_BYTES_PER_OP,
+    );
     let schedule = match (pp, s.pp_schedule) {
         (1, PpSchedule::GPipe) => PpSchedule::GPipe,
         (1, _) => PpSchedule::OneFOneB,

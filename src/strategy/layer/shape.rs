@@ -326,10 +326,12 @@ pub fn check_size(strategy: Strategy, s: &LayerShape, step: bool) -> Result<(), 
     });
     let mbs = if step { s.micro_batches } else { 1 };
     let ops = per_mb.saturating_mul(mbs).saturating_mul(n);
-    if ops > crate::plan::op_limit() as u64 {
+    let limit = crate::plan::op_limit_at(crate::plan::LAYER_BYTES_PER_OP);
+    if ops > limit as u64 {
         return Err(crate::plan::PlanError::TooLarge {
-            limit: crate::plan::op_limit(),
+            limit,
             need: Some(ops),
+            per: crate::plan::LAYER_BYTES_PER_OP,
         }
         .into());
     }

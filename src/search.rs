@@ -213,6 +213,11 @@ pub struct Counts {
     /// compute alone ([`floor`]), or their step simulated up to the bar, takes longer.
     #[serde(default)]
     pub pruned: u64,
+    /// The step time (µs) a layout had to beat not to be pruned ([`prune_bar`]); `None`
+    /// when nothing was pruned by it (`--no-prune`, another figure ranked by, too few
+    /// rows).
+    #[serde(default)]
+    pub prune_bar_us: Option<f64>,
     /// Layouts left out because screening them needs more than the event budget
     /// (`--max-events`), by name.
     pub over_budget: Vec<String>,
@@ -1014,6 +1019,13 @@ pub fn table(f: &SearchFile, top: usize) -> String {
         );
     }
     out.push('\n');
+    if let Some(b) = c.prune_bar_us {
+        out += &format!(
+            "  pruned: layouts whose compute alone, or whose simulated step, takes over {:.1} ms ({:.0}% over the step of the --top-th (or --verify-th) best row of the layouts with the lowest floors, simulated first; --no-prune keeps them)\n",
+            b / 1e3,
+            PRUNE_MARGIN * 100.0
+        );
+    }
     for (reason, n) in &c.invalid {
         out += &format!("  refused ({n}): {reason}\n");
     }

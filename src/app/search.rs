@@ -392,6 +392,7 @@ pub fn run(a: &Request, pb: &dyn Progress) -> Result<Searched, Error> {
             .iter()
             .filter(|c| !led.contains(&c.index))
             .partition(|c| bar.is_none_or(|b| floors[c.index as usize] <= b));
+        counts.prune_bar_us = bar.map(|b| (b * 1e3).round() / 1e3);
         counts.pruned = pruned.len() as u64;
         counts.layouts -= counts.pruned;
         for _ in &pruned {

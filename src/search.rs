@@ -20,9 +20,9 @@
 //!
 //! 4. **Bound** (ranking by tokens/s, MFU or step time, unless `--no-prune`): every
 //!    layout gets a floor on its step time without simulation ([`floor`]: the busiest
-//!    stream's compute, communication free). The `top` layouts with the lowest floors are
-//!    simulated first; the step time of the `top`-th best row they give, plus
-//!    [`PRUNE_MARGIN`], is the bar. A layout whose floor passes the bar is left out
+//!    stream's compute, communication free). The `max(top, verify)` layouts with the
+//!    lowest floors are simulated first; the step time of the best row of that rank they
+//!    give, plus [`PRUNE_MARGIN`], is the bar. A layout whose floor passes the bar is left out
 //!    unsimulated, and one whose simulation passes the bar under every strategy is
 //!    stopped there (more micro-batches never end a step sooner). Neither can reach
 //!    the table. Every shard computes the same floors and bar.
@@ -627,11 +627,11 @@ pub fn floor(c: &Candidate, sc: &Scenario, strategies: &[Strategy]) -> Result<f6
     } else {
         (1, 2)
     };
+    let whole = |s| -> Result<f64, SearchError> {
+        Ok(busy(m, s)?.into_iter().map(|(_, t)| t).fold(0.0, f64::max))
+    };
     let mut best = f64::INFINITY;
     for &s in strategies {
-        let whole = |s| -> Result<f64, SearchError> {
-            Ok(busy(m, s)?.into_iter().map(|(_, t)| t).fold(0.0, f64::max))
-        };
         let f = if m <= m2 {
             whole(s)?
         } else {

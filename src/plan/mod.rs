@@ -514,8 +514,10 @@ pub const BYTES_PER_OP: u64 = 128;
 
 /// The same for layer, step and MoE plans, whose ops carry scopes and site labels, whose
 /// runs keep a sequential baseline beside the strategy's plan, and whose compute ops
-/// carry the interference model's state: measured 278 B per op for a 3.3 M-op pipeline
-/// step alone, 325 B with its baseline, about 315 B for a MoE layer; rounded up.
+/// carry the interference model's state. Measured (peak RSS less the process's 7 MB
+/// floor, over the plan's ops): 285 B per op for a 3.3 M-op pipeline step alone, 333 B
+/// with its baseline, 328 B for a 1.2 M-op Mixtral step; a 0.29 M-op DeepSeek-V3 MoE
+/// layer about 400 B, so there the estimate runs some 5% short.
 pub const LAYER_BYTES_PER_OP: u64 = 384;
 
 /// The memory a run may take by default, in GiB (`--max-memory` changes it).

@@ -24,6 +24,20 @@ pub enum RunError {
     },
 }
 
+impl RunError {
+    /// The scenario asks for more than the memory limit lets a plan hold (known while its
+    /// plan is built, before it all takes memory): a request to shrink, not a failed run.
+    pub fn is_over_limit(&self) -> bool {
+        matches!(
+            self,
+            RunError::Strategy {
+                source: StrategyError::Plan(crate::plan::PlanError::TooLarge { .. }),
+                ..
+            }
+        )
+    }
+}
+
 /// One strategy's run.
 #[derive(Debug, Clone)]
 pub struct StrategyRun {

@@ -311,7 +311,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
         allow_oom: a.allow_oom,
     };
     let sim = app::run(sc, &opts).map_err(|e| match e {
-        app::Error::Run(e) => CliError::run(e),
+        app::Error::Run(e) if !e.is_over_limit() => CliError::run(e),
         e => CliError::input(e),
     })?;
     let table = sim.table();

@@ -1363,7 +1363,11 @@ pub fn scenario_from_file(
                 crate::strategy::layer::check_moe_sites(&ls, st)
             } else {
                 crate::strategy::layer::check_layer(st, &ls, step)
-                    .and_then(|()| crate::strategy::layer::check_size(st, &ls, step))
+                    .and_then(|()| {
+                        // One held group: the least any plan of the layout holds (the
+                        // builder checks again with the groups it holds).
+                        crate::strategy::layer::check_size(st, &ls, step, 1)
+                    })
                     .and_then(|()| {
                         let dps = crate::strategy::layer::dp_strategy(st, &site_strategies);
                         crate::strategy::layer::check_dp(&ls, dps, step)

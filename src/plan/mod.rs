@@ -332,23 +332,17 @@ pub struct Plan {
     pub sites: Vec<String>,
     /// Useful model FLOPs of the whole plan (for MFU), as the strategy counts them.
     pub model_flops: f64,
-    dep_start: Vec<u32>,
+    /// Per op, then one closing record: what the simulator follows on every start and
+    /// completion, packed so that one cache line holds four ops' (see [`OpLinks`]).
+    links: Vec<OpLinks>,
     deps: Vec<OpId>,
-    launch_stream: Vec<StreamId>,
-    /// Per launch: it continues the previous launch of its stream inside one kernel (a
-    /// later step of a collective), so its messages pay the step latency, not the
-    /// per-message one.
-    launch_fused: Vec<bool>,
-    launch_start: Vec<u32>,
+    /// Per launch, then one closing record (see [`LaunchInfo`]).
+    launches: Vec<LaunchInfo>,
     launch_ops: Vec<OpId>,
     stream_start: Vec<u32>,
     stream_launches: Vec<LaunchId>,
-    partner: Vec<OpId>,
-    /// Launches that depend on each op (CSR).
-    dependent_start: Vec<u32>,
+    /// Launches that depend on each op (CSR, started by [`OpLinks::dependents`]).
     dependent_launches: Vec<LaunchId>,
-    /// The launch after each launch on its stream (`NO_LAUNCH` for the last).
-    next_launch: Vec<LaunchId>,
     /// Data flow (see [`dataflow`](self::dataflow)): per-rank buffers, each op's regions
     /// (empty when the strategy gave none) and each rank's result region.
     pub buffers: Vec<BufferInfo>,
@@ -362,6 +356,31 @@ pub struct Plan {
     pub scopes: Vec<ScopeMark>,
 }
 
+/// One op's links in a [`Plan`]: its launch, its matching send or recv and where its
+/// dependencies and its dependents start in their CSR lists (the next record's fields end
+/// them). The simulator reads these on every op it starts and ends; kept as one record
+/// rather than four arrays, they cost one cache miss, not four.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct OpLinks {
+    pub launch: LaunchId,
+    pub partner: OpId,
+    pub deps: u32,
+    pub dependents: u32,
+}
+
+/// One launch of a [`Plan`]: where its ops start in the launch-ops list (the next
+/// record's `ops` ends them), its stream, the launch after it on that stream
+/// (`NO_LAUNCH` for the last) and whether it continues the previous launch of its stream
+/// inside one kernel (a later step of a collective: its messages pay the step latency,
+/// not the per-message one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LaunchInfo {
+    pub ops: u32,
+    pub stream: StreamId,
+    pub next: LaunchId,
+    pub fused: bool,
+}
+
 pub const NO_PARTNER: OpId = OpId::MAX;
 pub const NO_LAUNCH: LaunchId = LaunchId::MAX;
 
@@ -370,22 +389,27 @@ impl Plan {
         self.ops.len()
     }
     pub fn launch_count(&self) -> usize {
-        self.launch_stream.len()
+        self.launches.len() - 1
     }
     pub fn deps(&self, op: OpId) -> &[OpId] {
         let i = op as usize;
-        &self.deps[self.dep_start[i] as usize..self.dep_start[i + 1] as usize]
+        &self.deps[self.links[i].deps as usize..self.links[i + 1].deps as usize]
     }
     pub fn launch_ops(&self, l: LaunchId) -> &[OpId] {
         let i = l as usize;
-        &self.launch_ops[self.launch_start[i] as usize..self.launch_start[i + 1] as usize]
+        &self.launch_ops[self.launches[i].ops as usize..self.launches[i + 1].ops as usize]
     }
     pub fn launch_stream(&self, l: LaunchId) -> StreamId {
-        self.launch_stream[l as usize]
+        self.launches[l as usize].stream
     }
     /// Whether launch `l` continues the previous launch of its stream in one kernel.
     pub fn fused(&self, l: LaunchId) -> bool {
-        self.launch_fused[l as usize]
+        self.launches[l as usize].fused
+    }
+    /// The launch of `op` (as `ops[op].launch`, from the compact record the simulator
+    /// reads anyway).
+    pub fn op_launch(&self, op: OpId) -> LaunchId {
+        self.links[op as usize].launch
     }
     pub fn stream_launches(&self, s: StreamId) -> &[LaunchId] {
         let i = s as usize;
@@ -393,17 +417,17 @@ impl Plan {
     }
     /// The matching recv of a send, or the matching send of a recv; `NO_PARTNER` otherwise.
     pub fn partner(&self, op: OpId) -> OpId {
-        self.partner[op as usize]
+        self.links[op as usize].partner
     }
     /// The launches that list `op` among their dependencies (once per dependency edge).
     pub fn dependents(&self, op: OpId) -> &[LaunchId] {
         let i = op as usize;
         &self.dependent_launches
-            [self.dependent_start[i] as usize..self.dependent_start[i + 1] as usize]
+            [self.links[i].dependents as usize..self.links[i + 1].dependents as usize]
     }
     /// The launch after `l` on its stream.
     pub fn next_launch(&self, l: LaunchId) -> Option<LaunchId> {
-        let n = self.next_launch[l as usize];
+        let n = self.launches[l as usize].next;
         (n != NO_LAUNCH).then_some(n)
     }
     /// Whether the strategy attached data flow (buffers and regions) to every op.

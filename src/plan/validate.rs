@@ -8,7 +8,7 @@ use super::*;
 pub enum PlanError {
     #[error(
         "the plan would {need} (about {gib} GiB at {per} B per op), over the limit of {limit} ops ({lim_gib:.1} GiB, --max-memory); shrink the scenario (fewer ranks, chunks or layers) or raise --max-memory",
-        need = match need { Some(n) => format!("hold {n} ops"), None => format!("exceed {limit} ops") },
+        need = match need { Some(n) => format!("hold at least {n} ops"), None => format!("exceed {limit} ops") },
         gib = match need { Some(n) => format!("{:.1}", (*n as f64) * (*per as f64) / (1u64 << 30) as f64), None => format!("over {:.1}", (*limit as f64) * (*per as f64) / (1u64 << 30) as f64) },
         lim_gib = (*limit as f64) * (*per as f64) / (1u64 << 30) as f64,
     )]
@@ -148,6 +148,24 @@ pub(super) fn finish(b: PlanBuilder) -> Result<Plan, PlanError> {
         .collect();
     let (dependent_start, edges) = csr(deps.iter().copied(), ops.len());
     let dependent_launches = edges.iter().map(|&e| edge_launch[e as usize]).collect();
+    let links = (0..=ops.len())
+        .map(|i| OpLinks {
+            launch: ops.get(i).map_or(NO_LAUNCH, |o| o.launch),
+            partner: NO_PARTNER,
+            deps: dep_start[i],
+            dependents: dependent_start[i],
+        })
+        .collect();
+    drop((dep_start, dependent_start));
+    let launches = (0..=nl)
+        .map(|l| LaunchInfo {
+            ops: launch_start[l],
+            stream: launch_stream.get(l).copied().unwrap_or(0),
+            next: next_launch.get(l).copied().unwrap_or(NO_LAUNCH),
+            fused: launch_fused.get(l).copied().unwrap_or(false),
+        })
+        .collect();
+    drop((launch_start, launch_stream, launch_fused, next_launch));
 
     let mut plan = Plan {
         ranks,
@@ -157,25 +175,23 @@ pub(super) fn finish(b: PlanBuilder) -> Result<Plan, PlanError> {
         ops,
         sites,
         model_flops,
-        dep_start,
+        links,
         deps,
-        launch_stream,
-        launch_fused,
-        launch_start,
+        launches,
         launch_ops,
         stream_start,
         stream_launches,
-        partner: Vec::new(),
-        dependent_start,
         dependent_launches,
-        next_launch,
         buffers,
         io: Vec::new(),
         outputs,
         symmetry,
         scopes,
     };
-    plan.partner = match_p2p(&plan)?;
+    let partner = match_p2p(&plan)?;
+    for (l, p) in plan.links.iter_mut().zip(partner) {
+        l.partner = p;
+    }
     if io.iter().any(Option::is_some) || !plan.outputs.is_empty() {
         let mut all = Vec::with_capacity(plan.ops.len());
         for (id, o) in plan.ops.iter().enumerate() {
@@ -359,7 +375,7 @@ pub(super) fn topological_order(plan: &Plan) -> Result<Vec<u32>, PlanError> {
     }
     for (id, o) in plan.ops.iter().enumerate() {
         indeg[2 * o.launch as usize] += plan.deps(id as OpId).len() as u32;
-        if plan.partner[id] != NO_PARTNER {
+        if plan.partner(id as OpId) != NO_PARTNER {
             indeg[2 * o.launch as usize + 1] += 1;
         }
     }
@@ -379,7 +395,7 @@ pub(super) fn topological_order(plan: &Plan) -> Result<Vec<u32>, PlanError> {
         if v % 2 == 0 {
             release(2 * l as usize + 1, &mut stack, &mut indeg);
             for &op in plan.launch_ops(l) {
-                let p = plan.partner[op as usize];
+                let p = plan.partner(op);
                 if p != NO_PARTNER {
                     let pl = plan.ops[p as usize].launch as usize;
                     release(2 * pl + 1, &mut stack, &mut indeg);

@@ -1175,7 +1175,7 @@ fn cases(d: &Path) -> Vec<Case> {
                 "flash",
             ]),
             code: 2,
-            says: vec![s("89626624 ops"), s("384 B per op"), s("--max-memory")],
+            says: vec![s("136622080 ops"), s("384 B per op"), s("--max-memory")],
         },
         Case {
             name: "a memory limit that is not a size",

@@ -34,7 +34,7 @@
 
 use super::Interference;
 use crate::cost::{self, CostError};
-use crate::plan::{EltKind, OpId, OpKind, Plan, StreamKind};
+use crate::plan::{EltKind, OpId, OpKind, Plan, StreamId, StreamKind};
 use crate::scenario::{GpuSpec, Transport};
 use std::collections::BTreeMap;
 
@@ -171,11 +171,11 @@ impl InterferenceState {
         }
     }
 
-    /// Send or recv `op` posted (`+1`) or done (`-1`).
-    pub fn posted(&mut self, plan: &Plan, op: OpId, delta: i32) {
-        let o = &plan.ops[op as usize];
-        let r = o.rank as usize;
-        match plan.streams[o.stream as usize].block {
+    /// A send or recv of `stream` posted (`+1`) or done (`-1`).
+    pub fn posted(&mut self, plan: &Plan, stream: StreamId, delta: i32) {
+        let info = &plan.streams[stream as usize];
+        let r = info.rank as usize;
+        match info.block {
             Some(b) => {
                 let c = &mut self.block_posted[b as usize];
                 let was = *c > 0;

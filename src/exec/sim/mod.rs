@@ -186,6 +186,10 @@ const COMM: f64 = -1.0;
 struct Transfer {
     send: OpId,
     recv: OpId,
+    /// The ranks of the send and the receive (kept here: the ops' records are far apart
+    /// in memory, and every start and end of the flow needs them).
+    src: u32,
+    dst: u32,
     bytes: u64,
     started: f64,
 }
@@ -210,8 +214,6 @@ struct Engine<'p> {
     /// Per op: `start` is NaN until the op starts; until the op is done, `end` holds its
     /// cost-model duration ([`COMM`] for sends and recvs). Moves into the result.
     times: Vec<OpTimes>,
-    /// The launch of every op (a compact copy of `Op::launch`).
-    op_launch: Vec<LaunchId>,
     /// Per-launch state.
     launch: Vec<LaunchState>,
     done_ops: usize,
@@ -409,7 +411,6 @@ impl<'p> Engine<'p> {
             plan.launch_count()
         ];
         let mut times = Vec::with_capacity(plan.op_count());
-        let mut op_launch = Vec::with_capacity(plan.op_count());
         let mut durations = Durations::new(gpu);
         for (id, o) in plan.ops.iter().enumerate() {
             let ls = &mut launch[o.launch as usize];
@@ -426,7 +427,6 @@ impl<'p> Engine<'p> {
                 start: f64::NAN,
                 end: duration,
             });
-            op_launch.push(o.launch);
         }
         for l in 0..plan.launch_count() as LaunchId {
             if let Some(n) = plan.next_launch(l) {
@@ -448,7 +448,6 @@ impl<'p> Engine<'p> {
             events: 0,
             compact_at: COMPACT_MIN,
             times,
-            op_launch,
             launch,
             done_ops: 0,
             net,
@@ -607,6 +606,7 @@ impl<'p> Engine<'p> {
 
     fn start_launch(&mut self, l: LaunchId) -> Result<(), SimError> {
         let plan = self.plan;
+        let stream = plan.launch_stream(l);
         let mut changed = false;
         for &op in plan.launch_ops(l) {
             let t = &mut self.times[op as usize];
@@ -616,7 +616,7 @@ impl<'p> Engine<'p> {
                 if let Some(st) = self.interference.as_mut()
                     && st.holds_sms()
                 {
-                    st.posted(plan, op, 1);
+                    st.posted(plan, stream, 1);
                     changed = true;
                 }
                 // A send or recv is posted once it has a start time.
@@ -632,9 +632,8 @@ impl<'p> Engine<'p> {
             }
         }
         if changed {
-            // A launch's ops are all on one rank.
-            let rank = plan.ops[plan.launch_ops(l)[0] as usize].rank;
-            self.refresh(rank)?;
+            // A launch's ops are all on its stream's rank.
+            self.refresh(plan.streams[stream as usize].rank)?;
         }
         Ok(())
     }
@@ -644,11 +643,9 @@ impl<'p> Engine<'p> {
         let Some(st) = self.interference.as_mut() else {
             return Ok(());
         };
-        let send = self.transfers[f as usize].send;
-        let recv = self.transfers[f as usize].recv;
         let (a, b) = (
-            self.plan.ops[send as usize].rank,
-            self.plan.ops[recv as usize].rank,
+            self.transfers[f as usize].src,
+            self.transfers[f as usize].dst,
         );
         st.moving(a, delta);
         if b != a {
@@ -702,7 +699,7 @@ impl<'p> Engine<'p> {
                 j.factor(send, Draw::Bandwidth),
             )
         });
-        let fused = self.plan.fused(self.op_launch[send as usize]);
+        let fused = self.plan.fused(self.plan.op_launch(send));
         let stream = self.plan.ops[send as usize].stream;
         // (wire bytes per payload byte, rate ceiling, latency before the first byte,
         // channels the flow stands for)
@@ -735,6 +732,8 @@ impl<'p> Engine<'p> {
         let t = Transfer {
             send,
             recv,
+            src,
+            dst,
             bytes,
             started: self.now,
         };
@@ -817,16 +816,16 @@ impl<'p> Engine<'p> {
     }
 
     fn op_done(&mut self, op: OpId) -> Result<(), SimError> {
+        let l = self.plan.op_launch(op);
         if self.times[op as usize].end == COMM
             && let Some(st) = self.interference.as_mut()
             && st.holds_sms()
         {
-            let rank = self.plan.ops[op as usize].rank;
-            st.posted(self.plan, op, -1);
-            self.refresh(rank)?;
+            let stream = self.plan.launch_stream(l);
+            st.posted(self.plan, stream, -1);
+            self.refresh(self.plan.streams[stream as usize].rank)?;
         }
         self.times[op as usize].end = self.now;
-        let l = self.op_launch[op as usize];
         self.done_ops += 1;
         let plan = self.plan;
         for &d in plan.dependents(op) {

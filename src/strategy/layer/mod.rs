@@ -53,7 +53,7 @@ mod ulysses;
 pub use data_parallel::dp_strategy;
 use data_parallel::grad_piece;
 pub use experts::{block_shape, check_moe_sites, moe_strategy};
-pub use shape::{LayerMoe, LayerShape, check_dp, check_layer, check_size};
+pub use shape::{LayerMoe, LayerShape, check_dp, check_layer, check_size, estimated_ops};
 
 /// Keys of per-site strategies: a linear's sites in both phases (`qkv`, `proj`, `fc1`,
 /// `fc2`, `head`: its forward AG+GEMM or GEMM+RS and its backward dgrad), or one phase
@@ -667,7 +667,6 @@ pub fn build(
             continue;
         }
         check_layer(*st, s, step)?;
-        check_size(*st, s, step)?;
     }
     check_moe_sites(s, moe_strategy(strategy, sites))?;
     check_dp(s, dp_strategy(strategy, sites), step)?;
@@ -703,6 +702,8 @@ pub fn build(
         }
         _ => groups_all,
     };
+    // The main strategy's estimate (per-site overrides change a few sites only).
+    check_size(strategy, s, step, built)?;
     let b = if built < groups_all {
         PlanBuilder::symmetric(world, built * tp * pp)
     } else {
@@ -1248,6 +1249,55 @@ mod tests {
         let want = 4.0 * (2.0 * dense + 30.0 * s.layer_model_flops_of(true) + head);
         assert_eq!(s.step_model_flops(), want);
         assert!(s.is_moe_layer(2, true) && !s.is_moe_layer(1, true) && s.is_moe_layer(0, false));
+    }
+
+    /// The size estimate errs low: never above the plan built (so it refuses no plan
+    /// that fits), and not far below it (so it still refuses a far larger one at once),
+    /// over strategies, tp, pipelines, data parallelism, ZeRO stages, Ulysses and the
+    /// forward-only and attention-only blocks.
+    #[test]
+    fn the_size_estimate_errs_low_but_not_far() {
+        let strategies = [
+            Strategy::Sequential,
+            Strategy::Bulk,
+            Strategy::Chunked(4),
+            Strategy::Flash,
+            Strategy::Direct,
+        ];
+        for st in strategies {
+            for (tp, pp, dp, u, zero, mbs) in [
+                (2, 1, 1, 1, 3, 1),
+                (4, 1, 4, 1, 1, 1),
+                (8, 1, 2, 1, 3, 1),
+                (4, 2, 2, 1, 1, 4),
+                (2, 4, 1, 1, 3, 8),
+                (2, 1, 2, 2, 3, 1),
+            ] {
+                for (step, fwd, attn) in [
+                    (false, false, false),
+                    (true, false, false),
+                    (false, true, false),
+                    (false, false, true),
+                ] {
+                    let mut s = shape("llama-3-8b", tp, 1, 1024);
+                    (s.pp, s.dp, s.ulysses, s.zero, s.micro_batches) = (pp, dp, u, zero, mbs);
+                    (s.forward_only, s.attention_only) = (fwd, attn);
+                    if (pp > 1 && !step) || ((fwd || attn) && step) {
+                        continue;
+                    }
+                    s.layers = if step { 8 } else { 1 };
+                    let p =
+                        build(&s, st, &BTreeMap::new(), step, None, None, usize::MAX, &[]).unwrap();
+                    let est = estimated_ops(st, &s, step, dp * u) as f64;
+                    let got = p.op_count() as f64;
+                    let what = format!(
+                        "{st} tp {tp} pp {pp} dp {dp} u {u} zero {zero} m {mbs} step {step} fwd {fwd} attn {attn}"
+                    );
+                    assert!(est <= got, "{what}: estimate {est} over {got}");
+                    assert!(est >= 0.6 * got, "{what}: estimate {est} of {got}");
+                }
+            }
+        }
     }
 
     /// Hand-computed model FLOPs per preset (one layer, fwd + bwd, one micro-batch):

@@ -48,12 +48,13 @@ pub struct StrategyRun {
     pub events: u64,
 }
 
-/// Simulate one strategy of a scenario.
-pub fn run_strategy(
+/// The plan of one strategy of a scenario and its simulation: [`run_strategy`] without
+/// the timeline and metrics (what a caller needing only times or the makespan saves).
+pub fn simulate_plan(
     sc: &Scenario,
     strategy: Strategy,
     opts: &SimOptions,
-) -> Result<StrategyRun, RunError> {
+) -> Result<(Plan, sim::SimResult), RunError> {
     let name = strategy.to_string();
     // A symmetric plan where nothing breaks the symmetry (no jitter, no straggler).
     let symmetric = opts.jitter.is_none() && opts.stragglers.is_empty();
@@ -83,6 +84,17 @@ pub fn run_strategy(
         strategy: name.clone(),
         source,
     })?;
+    Ok((plan, res))
+}
+
+/// Simulate one strategy of a scenario.
+pub fn run_strategy(
+    sc: &Scenario,
+    strategy: Strategy,
+    opts: &SimOptions,
+) -> Result<StrategyRun, RunError> {
+    let name = strategy.to_string();
+    let (plan, res) = simulate_plan(sc, strategy, opts)?;
     let peak = sc.hardware.gpu.peak(sc.dtype).unwrap_or(0.0);
     let timeline = Timeline::predicted(&sc.name, &name, &plan, &sc.hardware.topology, &res, peak);
     let metrics = metrics(&timeline);
@@ -225,17 +237,26 @@ pub fn baseline(sc: &Scenario, runs: &[StrategyRun], opts: &SimOptions) -> Resul
         record_links: false,
         ..opts.clone()
     };
-    Ok(run_strategy(&plain, Strategy::Sequential, &quiet)?
-        .metrics
-        .makespan)
+    // Its makespan is the latest op end (the timeline's latest span end without link
+    // spans), so the timeline is not built.
+    let (_, res) = simulate_plan(&plain, Strategy::Sequential, &quiet)?;
+    Ok(res.times.iter().map(|t| t.end).fold(0.0, f64::max))
 }
 
 pub fn run_scenario(sc: &Scenario, opts: &SimOptions) -> Result<ScenarioRun, RunError> {
+    // A baseline simulated apart runs first, so its plan is gone before the strategies'
+    // plans and timelines are held (the peak memory is the larger of the two, not their
+    // sum). Its error waits for theirs: the strategies asked for fail first.
+    let apart = !sc.site_strategies.is_empty() || !sc.strategies.contains(&Strategy::Sequential);
+    let early = apart.then(|| baseline(sc, &[], opts));
     let mut runs = Vec::with_capacity(sc.strategies.len());
     for &s in &sc.strategies {
         runs.push(run_strategy(sc, s, opts)?);
     }
-    let sequential_makespan = baseline(sc, &runs, opts)?;
+    let sequential_makespan = match early {
+        Some(b) => b?,
+        None => baseline(sc, &runs, opts)?,
+    };
     Ok(ScenarioRun {
         runs,
         sequential_makespan,

@@ -31,16 +31,23 @@
 //! Whenever a count changes, every running op of that rank whose factor changed keeps the
 //! work it has done (a fraction of its cost-model time), takes the new factor, and gets a
 //! new completion event; the old one is recognised as stale by its version.
+//!
+//! The state of a running op lives in its rank's list of running ops (a few entries),
+//! not in arrays over all ops: a plan of millions of ops would otherwise allocate and
+//! touch tens of bytes per op that only the few running at a time use.
 
 use super::Interference;
 use crate::cost::{self, CostError};
 use crate::plan::{EltKind, OpId, OpKind, Plan, StreamId, StreamKind};
-use crate::scenario::{GpuSpec, Transport};
+use crate::scenario::{DType, GpuSpec, Transport};
 use std::collections::BTreeMap;
 
-/// A running compute op's progress.
+/// A running compute op: what it is and its progress.
 #[derive(Debug, Clone, Copy)]
-struct Progress {
+struct Running {
+    op: OpId,
+    /// Its cost-model duration (with jitter and straggler factors).
+    d: f64,
     /// Fraction of the op's work still to do.
     left: f64,
     factor: f64,
@@ -49,6 +56,17 @@ struct Progress {
     /// When the op started.
     started: f64,
     version: u32,
+    /// A GEMM's (groups, m, n, k, dtype).
+    gemm: Option<(u64, u64, u64, u64, DType)>,
+    /// A side op (a reduction; with SM admission also a copy on a communication stream),
+    /// and whether it is a copy.
+    side: bool,
+    copy: bool,
+    /// A running side op holds SMs (always, without SM admission).
+    admitted: bool,
+    /// A GEMM's fraction of its time in a last wave that leaves SMs idle (NaN until
+    /// computed; 1 for any other op).
+    tail: f64,
 }
 
 pub(super) struct InterferenceState {
@@ -62,16 +80,8 @@ pub(super) struct InterferenceState {
     gemms: Vec<u32>,
     /// Per rank, side ops running and admitted.
     side_ops: Vec<u32>,
-    /// Per op: it is a side op (a reduction; with SM admission also a copy on a
-    /// communication stream).
-    is_side: Vec<bool>,
-    /// Per op: a running side op holds SMs (always, without SM admission).
-    admitted: Vec<bool>,
-    /// Per GEMM: the fraction of its time in a last wave that leaves SMs idle (NaN until
-    /// computed).
-    tail: Vec<f64>,
-    running: Vec<Vec<OpId>>,
-    progress: Vec<Progress>,
+    /// Per rank, its compute ops running, in the order they started.
+    running: Vec<Vec<Running>>,
     /// GEMM SM slowdowns by (shape, SMs left).
     sm_cache: BTreeMap<(u64, u64, u64, u64, usize, u64), f64>,
 }
@@ -82,8 +92,7 @@ pub(super) type Reschedule = (OpId, f64, u32, bool);
 
 impl InterferenceState {
     pub fn new(model: Interference, plan: &Plan) -> InterferenceState {
-        let (ranks, ops) = (plan.ranks as usize, plan.op_count());
-        let admission = model.params.memory_ops_wait_for_gemm_sms;
+        let ranks = plan.ranks as usize;
         InterferenceState {
             model,
             posted: vec![0; ranks],
@@ -92,35 +101,7 @@ impl InterferenceState {
             moving: vec![0; ranks],
             gemms: vec![0; ranks],
             side_ops: vec![0; ranks],
-            is_side: plan
-                .ops
-                .iter()
-                .map(|o| {
-                    let side = match o.kind {
-                        OpKind::Elementwise {
-                            kind: EltKind::Join,
-                            ..
-                        } => false,
-                        OpKind::Elementwise { .. } => true,
-                        OpKind::Copy { .. } => admission,
-                        _ => false,
-                    };
-                    side && plan.streams[o.stream as usize].kind == StreamKind::Comm
-                })
-                .collect(),
-            admitted: vec![false; ops],
-            tail: vec![f64::NAN; ops],
             running: vec![Vec::new(); ranks],
-            progress: vec![
-                Progress {
-                    left: 1.0,
-                    factor: 1.0,
-                    since: 0.0,
-                    started: 0.0,
-                    version: 0,
-                };
-                ops
-            ],
             sm_cache: BTreeMap::new(),
         }
     }
@@ -129,45 +110,78 @@ impl InterferenceState {
         self.model.transport == Transport::Nccl
     }
 
-    /// Whether `version` is the op's current completion event.
-    pub fn current(&self, op: OpId, version: u32) -> bool {
-        self.progress[op as usize].version == version
+    /// Whether `version` is the current completion event of `op`, running on `rank`.
+    pub fn current(&self, rank: u32, op: OpId, version: u32) -> bool {
+        self.running[rank as usize]
+            .iter()
+            .any(|e| e.op == op && e.version == version)
     }
 
-    pub fn compute_started(&mut self, plan: &Plan, op: OpId, now: f64) {
-        let o = &plan.ops[op as usize];
-        let r = o.rank as usize;
-        if o.kind.is_gemm() {
+    /// Compute op `op` of `stream` started at `now`; `d`: its cost-model duration.
+    pub fn compute_started(&mut self, plan: &Plan, stream: StreamId, op: OpId, now: f64, d: f64) {
+        let info = &plan.streams[stream as usize];
+        let r = info.rank as usize;
+        let kind = plan.ops[op as usize].kind;
+        let gemm = match kind {
+            OpKind::Gemm { m, n, k, dtype } => Some((1, m, n, k, dtype)),
+            OpKind::GroupedGemm {
+                groups,
+                m,
+                n,
+                k,
+                dtype,
+            } => Some((groups as u64, m, n, k, dtype)),
+            _ => None,
+        };
+        if gemm.is_some() {
             self.gemms[r] += 1;
         }
+        let admission = self.model.params.memory_ops_wait_for_gemm_sms;
+        let side = info.kind == StreamKind::Comm
+            && match kind {
+                OpKind::Elementwise {
+                    kind: EltKind::Join,
+                    ..
+                } => false,
+                OpKind::Elementwise { .. } => true,
+                OpKind::Copy { .. } => admission,
+                _ => false,
+            };
         // Without SM admission a side op holds SMs from its start; with it, the next
         // refresh decides.
-        let admitted = self.is_side[op as usize] && !self.model.params.memory_ops_wait_for_gemm_sms;
-        self.admitted[op as usize] = admitted;
+        let admitted = side && !admission;
         if admitted {
             self.side_ops[r] += 1;
         }
-        self.running[r].push(op);
-        let p = &mut self.progress[op as usize];
-        p.left = 1.0;
-        p.since = now;
-        p.started = now;
-        // NaN: not yet scheduled, so the next refresh schedules it whatever its factor.
-        p.factor = f64::NAN;
+        self.running[r].push(Running {
+            op,
+            d,
+            left: 1.0,
+            // NaN: not yet scheduled, so the next refresh schedules it whatever its factor.
+            factor: f64::NAN,
+            since: now,
+            started: now,
+            version: 0,
+            gemm,
+            side,
+            copy: matches!(kind, OpKind::Copy { .. }),
+            admitted,
+            tail: if gemm.is_some() { f64::NAN } else { 1.0 },
+        });
     }
 
-    pub fn compute_done(&mut self, plan: &Plan, op: OpId) {
-        let o = &plan.ops[op as usize];
-        let r = o.rank as usize;
-        if o.kind.is_gemm() {
+    /// Compute op `op` of `rank` finished.
+    pub fn compute_done(&mut self, rank: u32, op: OpId) {
+        let r = rank as usize;
+        let Some(i) = self.running[r].iter().position(|e| e.op == op) else {
+            return;
+        };
+        let e = self.running[r].remove(i);
+        if e.gemm.is_some() {
             self.gemms[r] -= 1;
         }
-        if self.admitted[op as usize] {
-            self.admitted[op as usize] = false;
+        if e.admitted {
             self.side_ops[r] -= 1;
-        }
-        if let Some(i) = self.running[r].iter().position(|&x| x == op) {
-            self.running[r].remove(i);
         }
     }
 
@@ -200,104 +214,61 @@ impl InterferenceState {
         *c = c.saturating_add_signed(delta);
     }
 
-    /// Whether GEMM `op` (running) fills every SM at `now`: it has not reached its last,
-    /// partial wave. `d`: its cost-model duration.
-    fn fills_sms(
-        &mut self,
-        gpu: &GpuSpec,
-        plan: &Plan,
-        op: OpId,
-        now: f64,
-        d: f64,
-    ) -> Result<bool, CostError> {
-        let i = op as usize;
-        let tail = self.tail_of(gpu, plan, op)?;
-        let p = &self.progress[i];
-        let left = if p.factor.is_finite() && d > 0.0 {
-            p.left - (now - p.since) / (d * p.factor)
-        } else {
-            p.left
-        };
-        Ok(left > tail + 1e-9)
+    /// Whether a running GEMM of `rank` fills every SM at `now`: it has not reached its
+    /// last, partial wave (every running GEMM started no later than now, so one that
+    /// starts at this very instant counts: it takes the SMs before a side op that
+    /// becomes ready with it). Tails must be known ([`Self::tails`]).
+    fn gemm_fills_sms(running: &[Running], now: f64) -> bool {
+        running.iter().any(|g| {
+            g.gemm.is_some() && {
+                let left = if g.factor.is_finite() && g.d > 0.0 {
+                    g.left - (now - g.since) / (g.d * g.factor)
+                } else {
+                    g.left
+                };
+                left > g.tail + 1e-9
+            }
+        })
     }
 
-    /// [`cost::gemm_partial_tail`] of GEMM `op` (1 for any other op), cached.
-    fn tail_of(&mut self, gpu: &GpuSpec, plan: &Plan, op: OpId) -> Result<f64, CostError> {
-        let i = op as usize;
-        if self.tail[i].is_nan() {
-            self.tail[i] = match plan.ops[i].kind {
-                OpKind::Gemm { m, n, k, dtype } => cost::gemm_partial_tail(gpu, m, n, k, dtype)?,
-                OpKind::GroupedGemm {
-                    groups,
-                    m,
-                    n,
-                    k,
-                    dtype,
-                } => cost::grouped_gemm_partial_tail(gpu, groups as u64, m, n, k, dtype)?,
-                _ => 1.0,
-            };
-        }
-        Ok(self.tail[i])
-    }
-
-    /// Whether a running GEMM of `rank` fills every SM at `now` (every running GEMM
-    /// started no later than now, so one that starts at this very instant counts: it
-    /// takes the SMs before a side op that becomes ready with it).
-    fn gemm_fills_sms(
-        &mut self,
-        gpu: &GpuSpec,
-        plan: &Plan,
-        rank: usize,
-        now: f64,
-        base: &impl Fn(OpId) -> f64,
-    ) -> Result<bool, CostError> {
-        for i in 0..self.running[rank].len() {
-            let g = self.running[rank][i];
-            if plan.ops[g as usize].kind.is_gemm() && self.fills_sms(gpu, plan, g, now, base(g))? {
-                return Ok(true);
+    /// Compute the tails ([`cost::gemm_partial_tail`]) of `rank`'s running GEMMs that
+    /// have none yet.
+    fn tails(&mut self, gpu: &GpuSpec, rank: usize) -> Result<(), CostError> {
+        for e in self.running[rank].iter_mut() {
+            if e.tail.is_nan()
+                && let Some((g, m, n, k, dtype)) = e.gemm
+            {
+                e.tail = if g == 1 {
+                    cost::gemm_partial_tail(gpu, m, n, k, dtype)?
+                } else {
+                    cost::grouped_gemm_partial_tail(gpu, g, m, n, k, dtype)?
+                };
             }
         }
-        Ok(false)
+        Ok(())
     }
 
-    fn factor(
-        &mut self,
-        gpu: &GpuSpec,
-        plan: &Plan,
-        op: OpId,
-        now: f64,
-        base: &impl Fn(OpId) -> f64,
-    ) -> Result<f64, CostError> {
-        let o = &plan.ops[op as usize];
-        let r = o.rank as usize;
-        let admission = self.model.params.memory_ops_wait_for_gemm_sms;
-        if admission && self.is_side[op as usize] {
-            if !self.admitted[op as usize] {
+    /// The factor of running op `running[i]` of `rank` at `now`.
+    fn factor(&mut self, gpu: &GpuSpec, rank: usize, i: usize, now: f64) -> Result<f64, CostError> {
+        let r = rank;
+        let e = self.running[r][i];
+        let p = &self.model.params;
+        if p.memory_ops_wait_for_gemm_sms && e.side {
+            if !e.admitted {
                 return Ok(f64::INFINITY);
             }
             // Slowed only beside a GEMM that fills the GPU.
-            return Ok(if self.gemm_fills_sms(gpu, plan, r, now, base)? {
-                match o.kind {
-                    OpKind::Copy { .. } => self.model.params.memory_op_slowdown_beside_gemm,
-                    _ => self.model.params.reduction_slowdown_beside_gemm,
+            return Ok(if Self::gemm_fills_sms(&self.running[r], now) {
+                if e.copy {
+                    p.memory_op_slowdown_beside_gemm
+                } else {
+                    p.reduction_slowdown_beside_gemm
                 }
             } else {
                 1.0
             });
         }
-        let p = &self.model.params;
-        let gemm = match o.kind {
-            OpKind::Gemm { m, n, k, dtype } => Some((1, m, n, k, dtype)),
-            OpKind::GroupedGemm {
-                groups,
-                m,
-                n,
-                k,
-                dtype,
-            } => Some((groups as u64, m, n, k, dtype)),
-            _ => None,
-        };
-        Ok(match gemm {
+        Ok(match e.gemm {
             Some((g, m, n, k, dtype)) => {
                 let held = if self.holds_sms() {
                     (self.posted[r] as u64)
@@ -317,6 +288,7 @@ impl InterferenceState {
                         f
                     }
                 };
+                let p = &self.model.params;
                 let hbm = if self.moving[r] > 0 {
                     p.gemm_slowdown_beside_transfer
                 } else {
@@ -330,37 +302,35 @@ impl InterferenceState {
                 sm * hbm * red
             }
             _ if self.gemms[r] == 0 => 1.0,
-            _ if self.is_side[op as usize] => p.reduction_slowdown_beside_gemm,
+            _ if e.side => p.reduction_slowdown_beside_gemm,
             _ => p.memory_op_slowdown_beside_gemm,
         })
     }
 
-    /// Re-rate the running compute ops of `rank` at `now`; `base[op]` is an op's
-    /// cost-model duration. Completions to schedule go to `out`.
+    /// Re-rate the running compute ops of `rank` at `now`. Completions to schedule go to
+    /// `out`.
     pub fn refresh(
         &mut self,
         gpu: &GpuSpec,
-        plan: &Plan,
         rank: u32,
         now: f64,
-        base: impl Fn(OpId) -> f64,
         out: &mut Vec<Reschedule>,
     ) -> Result<(), CostError> {
         let r = rank as usize;
         let admission = self.model.params.memory_ops_wait_for_gemm_sms;
         if admission {
+            self.tails(gpu, r)?;
             // Blocked side ops get SMs once no running GEMM fills the GPU. One admitted at
             // this very instant is decided again: a GEMM that starts at the same time
             // (processed after it) takes the SMs first.
             for i in 0..self.running[r].len() {
-                let op = self.running[r][i];
-                let o = op as usize;
-                if !self.is_side[o] || (self.admitted[o] && self.progress[o].started < now) {
+                let e = self.running[r][i];
+                if !e.side || (e.admitted && e.started < now) {
                     continue;
                 }
-                let admit = !self.gemm_fills_sms(gpu, plan, r, now, &base)?;
-                if admit != self.admitted[o] {
-                    self.admitted[o] = admit;
+                let admit = !Self::gemm_fills_sms(&self.running[r], now);
+                if admit != e.admitted {
+                    self.running[r][i].admitted = admit;
                     if admit {
                         self.side_ops[r] += 1;
                     } else {
@@ -370,18 +340,16 @@ impl InterferenceState {
             }
         }
         // Re-rating an op keeps its progress at `now`, which is what a later op's factor
-        // reads of it (`fills_sms`), so one pass does.
+        // reads of it (`gemm_fills_sms`), so one pass does.
         for i in 0..self.running[r].len() {
-            let op = self.running[r][i];
-            let f = self.factor(gpu, plan, op, now, &base)?;
-            let d = base(op);
-            let is_gemm = plan.ops[op as usize].kind.is_gemm();
-            let tail = if admission && is_gemm {
-                self.tail_of(gpu, plan, op)?
+            let f = self.factor(gpu, r, i, now)?;
+            let p = &mut self.running[r][i];
+            let d = p.d;
+            let tail = if admission && p.gemm.is_some() {
+                p.tail
             } else {
                 0.0
             };
-            let p = &mut self.progress[op as usize];
             if p.factor == f {
                 continue;
             }
@@ -392,9 +360,9 @@ impl InterferenceState {
             p.factor = f;
             p.version = p.version.wrapping_add(1);
             if f.is_finite() {
-                out.push((op, now + p.left * d * f, p.version, false));
+                out.push((p.op, now + p.left * d * f, p.version, false));
                 if tail > 0.0 && p.left > tail + 1e-9 {
-                    out.push((op, now + (p.left - tail) * d * f, p.version, true));
+                    out.push((p.op, now + (p.left - tail) * d * f, p.version, true));
                 }
             }
         }

@@ -162,11 +162,11 @@ pub struct SimResult {
 enum Ev {
     OpDone(OpId),
     /// A compute op's completion under interference, with the version it was scheduled
-    /// at (stale once the op's rate changed).
-    ComputeDone(OpId, u32),
+    /// at (stale once the op's rate changed) and its rank.
+    ComputeDone(OpId, u32, u32),
     /// A GEMM reached its last, partial wave (SM admission), with the version it was
-    /// scheduled at.
-    GemmTail(OpId, u32),
+    /// scheduled at and its rank.
+    GemmTail(OpId, u32, u32),
     FlowStart(u32),
     FlowDone(u32, u32),
 }
@@ -470,21 +470,13 @@ impl<'p> Engine<'p> {
         let Some(st) = self.interference.as_mut() else {
             return Ok(());
         };
-        let times = &self.times;
         let mut out = std::mem::take(&mut self.resched);
-        st.refresh(
-            &self.hw.gpu,
-            self.plan,
-            rank,
-            self.now,
-            |op| times[op as usize].end,
-            &mut out,
-        )?;
+        st.refresh(&self.hw.gpu, rank, self.now, &mut out)?;
         for &(op, at, v, tail) in &out {
             let ev = if tail {
-                Ev::GemmTail(op, v)
+                Ev::GemmTail(op, v, rank)
             } else {
-                Ev::ComputeDone(op, v)
+                Ev::ComputeDone(op, v, rank)
             };
             self.schedule(at, ev, op)?;
         }
@@ -526,8 +518,8 @@ impl<'p> Engine<'p> {
                 let fl = &flows[f as usize];
                 fl.version == v && fl.active
             }
-            Ev::ComputeDone(op, v) | Ev::GemmTail(op, v) => {
-                inter.is_none_or(|st| st.current(op, v))
+            Ev::ComputeDone(op, v, rank) | Ev::GemmTail(op, v, rank) => {
+                inter.is_none_or(|st| st.current(rank, op, v))
             }
             Ev::OpDone(_) | Ev::FlowStart(_) => true,
         });
@@ -556,19 +548,18 @@ impl<'p> Engine<'p> {
             }
             match ev {
                 Ev::OpDone(op) => self.op_done(op)?,
-                Ev::ComputeDone(op, v) => {
+                Ev::ComputeDone(op, v, rank) => {
                     let st = self.interference.as_mut().expect("interference on");
-                    if st.current(op, v) {
-                        st.compute_done(self.plan, op);
-                        let rank = self.plan.ops[op as usize].rank;
+                    if st.current(rank, op, v) {
+                        st.compute_done(rank, op);
                         self.op_done(op)?;
                         self.refresh(rank)?;
                     }
                 }
-                Ev::GemmTail(op, v) => {
+                Ev::GemmTail(op, v, rank) => {
                     let st = self.interference.as_mut().expect("interference on");
-                    if st.current(op, v) {
-                        self.refresh(self.plan.ops[op as usize].rank)?;
+                    if st.current(rank, op, v) {
+                        self.refresh(rank)?;
                     }
                 }
                 Ev::FlowStart(f) => self.flow_start(f)?,
@@ -625,7 +616,7 @@ impl<'p> Engine<'p> {
                     self.begin_transfer(op, p)?;
                 }
             } else if let Some(st) = self.interference.as_mut() {
-                st.compute_started(plan, op, self.now);
+                st.compute_started(plan, stream, op, self.now, d);
                 changed = true;
             } else {
                 self.schedule(self.now + d, Ev::OpDone(op), op)?;

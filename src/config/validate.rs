@@ -1366,7 +1366,7 @@ pub fn scenario_from_file(
                     .and_then(|()| {
                         // One held group: the least any plan of the layout holds (the
                         // builder checks again with the groups it holds).
-                        crate::strategy::layer::check_size(st, &ls, step, 1)
+                        crate::strategy::layer::check_size(st, &ls, step, 1, usize::MAX)
                     })
                     .and_then(|()| {
                         let dps = crate::strategy::layer::dp_strategy(st, &site_strategies);

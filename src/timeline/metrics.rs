@@ -8,6 +8,8 @@
 //! tie), since that rank sets the makespan.
 
 use super::{Lane, Timeline};
+use crate::exec::sim::OpTimes;
+use crate::plan::{OpClass, Plan, StreamId, StreamInfo};
 
 /// Sorted, disjoint intervals.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -101,21 +103,36 @@ pub fn is_pipeline_stream(name: &str) -> bool {
 }
 
 pub fn rank_metrics(tl: &Timeline) -> Vec<RankMetrics> {
-    let n = tl.ranks as usize;
+    rank_metrics_of(
+        tl.ranks as usize,
+        &tl.streams,
+        tl.spans.iter().filter_map(|s| match s.lane {
+            Lane::Stream(st) => Some((st, s.class, s.start, s.end)),
+            Lane::Link(_) => None,
+        }),
+    )
+}
+
+/// [`rank_metrics`] of `n` ranks over the spans of streams `streams`, given as (stream,
+/// class, start, end) in the timeline's order.
+fn rank_metrics_of(
+    n: usize,
+    streams: &[StreamInfo],
+    spans: impl Iterator<Item = (StreamId, OpClass, f64, f64)>,
+) -> Vec<RankMetrics> {
     let mut compute: Vec<Vec<(f64, f64)>> = vec![Vec::new(); n];
     let mut comm: Vec<Vec<(f64, f64)>> = vec![Vec::new(); n];
     let mut end = vec![0.0f64; n];
-    for s in &tl.spans {
-        let Lane::Stream(st) = s.lane else { continue };
-        let r = tl.streams[st as usize].rank as usize;
-        end[r] = end[r].max(s.end);
-        if is_pipeline_stream(&tl.streams[st as usize].name) {
+    for (st, class, start, stop) in spans {
+        let r = streams[st as usize].rank as usize;
+        end[r] = end[r].max(stop);
+        if is_pipeline_stream(&streams[st as usize].name) {
             continue;
         }
-        if s.class.is_comm() {
-            comm[r].push((s.start, s.end));
+        if class.is_comm() {
+            comm[r].push((start, stop));
         } else {
-            compute[r].push((s.start, s.end));
+            compute[r].push((start, stop));
         }
     }
     (0..n)
@@ -167,24 +184,66 @@ fn subtract(a: &Intervals, b: &Intervals) -> Intervals {
 }
 
 pub fn metrics(tl: &Timeline) -> Metrics {
-    let ranks = rank_metrics(tl);
+    let makespan = tl.spans.iter().map(|s| s.end).fold(0.0, f64::max);
+    let staged = tl.streams.iter().any(|s| is_pipeline_stream(&s.name));
+    summarise(
+        rank_metrics(tl),
+        makespan,
+        tl.ranks,
+        tl.peak_flops,
+        tl.model_flops,
+        staged,
+    )
+}
+
+/// [`metrics`] of the timeline [`Timeline::predicted`] builds from `plan` and a run's
+/// `times` when the run recorded no link spans, without building it: the same figures,
+/// bit for bit, for callers that need no spans (jittered samples).
+///
+/// [`Timeline::predicted`]: super::Timeline::predicted
+pub fn metrics_of_run(plan: &Plan, times: &[OpTimes], peak_flops: f64) -> Metrics {
+    let ranks = plan.symmetry.unwrap_or(plan.ranks);
+    let spans = plan
+        .ops
+        .iter()
+        .zip(times)
+        .map(|(o, t)| (o.stream, o.kind.class(), t.start, t.end));
+    let makespan = times.iter().map(|t| t.end).fold(0.0, f64::max);
+    let staged = plan.streams.iter().any(|s| is_pipeline_stream(&s.name));
+    summarise(
+        rank_metrics_of(ranks as usize, &plan.streams, spans),
+        makespan,
+        ranks,
+        peak_flops,
+        plan.model_flops,
+        staged,
+    )
+}
+
+/// The headline figures from the per-rank ones.
+fn summarise(
+    ranks: Vec<RankMetrics>,
+    makespan: f64,
+    rank_count: u32,
+    peak_flops: f64,
+    model_flops: f64,
+    staged: bool,
+) -> Metrics {
     let mut crit = 0usize;
     for (i, r) in ranks.iter().enumerate() {
         if r.end > ranks[crit].end {
             crit = i;
         }
     }
-    let makespan = tl.spans.iter().map(|s| s.end).fold(0.0, f64::max);
     let (compute, comm, exposed) = ranks
         .get(crit)
         .map(|r| (r.compute, r.comm, r.exposed_comm))
         .unwrap_or((0.0, 0.0, 0.0));
     let max_exposed = ranks.iter().map(|r| r.exposed_comm).fold(0.0, f64::max);
     let overlap_efficiency = (comm > 0.0).then(|| ((comm - exposed) / comm).clamp(0.0, 1.0));
-    let denom = makespan * tl.ranks as f64 * tl.peak_flops;
-    let mfu = (denom > 0.0 && denom.is_finite() && tl.model_flops.is_finite())
-        .then(|| tl.model_flops / denom);
-    let staged = tl.streams.iter().any(|s| is_pipeline_stream(&s.name));
+    let denom = makespan * rank_count as f64 * peak_flops;
+    let mfu =
+        (denom > 0.0 && denom.is_finite() && model_flops.is_finite()).then(|| model_flops / denom);
     let bubble = (staged && makespan > 0.0 && !ranks.is_empty()).then(|| {
         let idle: f64 = ranks.iter().map(|r| (makespan - r.busy).max(0.0)).sum();
         idle / (makespan * ranks.len() as f64)

@@ -527,6 +527,44 @@ fn a_deadline_stops_a_run_past_it_and_leaves_one_before_it_alone() {
     assert!(e.to_string().contains("passed its deadline"), "{e}");
 }
 
+/// The metrics of a run's plan and times (what jittered samples take) are those of its
+/// timeline, bit for bit, when the run records no link spans: blocks, layers and a
+/// pipelined step (its bubble), with and without jitter and interference.
+#[test]
+fn metrics_without_a_timeline_are_the_timelines() {
+    use crate::timeline::{Timeline, metrics};
+    for w in [Workload::Mlp, Workload::Layer, Workload::Step] {
+        let mut sc = default_scenario();
+        sc.workload = w;
+        if w == Workload::Step {
+            sc.parallel.pp = 2;
+            sc.parallel.tp = 4;
+            sc.micro_batches = 4;
+        }
+        for (inter, jitter) in [(false, false), (true, false), (true, true)] {
+            sc.interference = inter;
+            let opts = SimOptions {
+                record_links: false,
+                jitter: jitter.then(|| Jitter {
+                    params: params(0.1),
+                    seed: 7,
+                }),
+                ..SimOptions::default()
+            }
+            .for_scenario(&sc);
+            for s in [Strategy::Sequential, Strategy::Flash] {
+                let plan = crate::strategy::build(&sc, w, s).unwrap();
+                let res = simulate(&plan, &sc.hardware, &opts).unwrap();
+                let tl = Timeline::predicted("t", "s", &plan, &sc.hardware.topology, &res, 1e15);
+                let want = metrics::metrics(&tl);
+                let got = metrics::metrics_of_run(&plan, &res.times, 1e15);
+                assert_eq!(got, want, "{w:?} {s} interference {inter} jitter {jitter}");
+                assert_eq!(got.bubble.is_some(), w == Workload::Step);
+            }
+        }
+    }
+}
+
 /// The busiest stream's compute is a floor on the makespan: equal to it where one
 /// compute stream runs alone (communication free), below it otherwise, under every
 /// strategy, with interference on or off, for blocks, layers and steps.

@@ -703,7 +703,7 @@ pub fn build(
         _ => groups_all,
     };
     // The main strategy's estimate (per-site overrides change a few sites only).
-    check_size(strategy, s, step, built)?;
+    check_size(strategy, s, step, built, max_ops)?;
     let b = if built < groups_all {
         PlanBuilder::symmetric(world, built * tp * pp)
     } else {

@@ -362,16 +362,19 @@ pub fn estimated_ops(strategy: Strategy, s: &LayerShape, step: bool, groups: u32
 }
 
 /// Refuse, before building, a plan of `groups` held groups (see [`estimated_ops`]) that
-/// would surely pass the op limit. One the estimate lets through stops at the limit as
-/// it is built (`PlanBuilder`'s check), having taken no more memory than the limit.
+/// would surely pass the op limit, or `max_ops` where that is lower (a caller's event
+/// budget: every op costs at least one event). One the estimate lets through stops at the
+/// limit as it is built (`PlanBuilder`'s check), having taken no more memory than the
+/// limit.
 pub fn check_size(
     strategy: Strategy,
     s: &LayerShape,
     step: bool,
     groups: u32,
+    max_ops: usize,
 ) -> Result<(), StrategyError> {
     let ops = estimated_ops(strategy, s, step, groups);
-    let limit = crate::plan::op_limit_at(crate::plan::LAYER_BYTES_PER_OP);
+    let limit = crate::plan::op_limit_at(crate::plan::LAYER_BYTES_PER_OP).min(max_ops);
     if ops > limit as u64 {
         return Err(crate::plan::PlanError::TooLarge {
             limit,

@@ -245,9 +245,10 @@ fn match_p2p(plan: &Plan) -> Result<Vec<OpId>, PlanError> {
             why,
         })
     };
-    // (src, dst, tag, op): a recv's src is its peer.
-    let mut sends: Vec<(u32, u32, u64, OpId)> = Vec::new();
-    let mut recvs: Vec<(u32, u32, u64, OpId)> = Vec::new();
+    // (src, dst, tag, op, bytes): a recv's src is its peer. The bytes ride along so
+    // that the size check reads no op out of order (a cache miss each, in a large plan).
+    let mut sends: Vec<(u32, u32, u64, OpId, u64)> = Vec::new();
+    let mut recvs: Vec<(u32, u32, u64, OpId, u64)> = Vec::new();
     // In a symmetric plan a send is keyed as its translate whose receiver is held.
     let canon = |src: u32, dst: u32| match plan.symmetry {
         Some(shift) => {
@@ -257,21 +258,24 @@ fn match_p2p(plan: &Plan) -> Result<Vec<OpId>, PlanError> {
         None => (src, dst),
     };
     for (id, o) in plan.ops.iter().enumerate() {
-        if let OpKind::Send { peer, tag, .. } = o.kind {
+        if let OpKind::Send { peer, tag, bytes } = o.kind {
             check_peer(id, o, peer)?;
             let (src, dst) = canon(o.rank, peer);
-            sends.push((src, dst, tag, id as OpId));
+            sends.push((src, dst, tag, id as OpId, bytes));
         }
     }
     for (id, o) in plan.ops.iter().enumerate() {
-        if let OpKind::Recv { peer, tag, .. } = o.kind {
+        if let OpKind::Recv {
+            peer, tag, bytes, ..
+        } = o.kind
+        {
             check_peer(id, o, peer)?;
-            recvs.push((peer, o.rank, tag, id as OpId));
+            recvs.push((peer, o.rank, tag, id as OpId, bytes));
         }
     }
     sends.sort_unstable();
     recvs.sort_unstable();
-    let key = |e: &(u32, u32, u64, OpId)| (e.0, e.1, e.2);
+    let key = |e: &(u32, u32, u64, OpId, u64)| (e.0, e.1, e.2);
     if let Some(w) = sends
         .windows(2)
         .filter(|w| key(&w[0]) == key(&w[1]))
@@ -315,10 +319,7 @@ fn match_p2p(plan: &Plan) -> Result<Vec<OpId>, PlanError> {
             continue;
         }
         let s = sends[si].3;
-        let (sb, rb) = (
-            plan.ops[s as usize].kind.bytes(),
-            plan.ops[r.3 as usize].kind.bytes(),
-        );
+        let (sb, rb) = (sends[si].4, r.4);
         if sb != rb {
             note(
                 r.3,
@@ -337,7 +338,7 @@ fn match_p2p(plan: &Plan) -> Result<Vec<OpId>, PlanError> {
     if let Some((_, e)) = bad_recv {
         return Err(e);
     }
-    if let Some(&(_, dst, tag, s)) = sends
+    if let Some(&(_, dst, tag, s, _)) = sends
         .iter()
         .filter(|e| partner[e.3 as usize] == NO_PARTNER)
         .min_by_key(|e| e.3)

@@ -64,6 +64,21 @@ fn cases(quick: bool) -> Result<Vec<Case>, CliError> {
     Ok(out)
 }
 
+/// The process's peak resident memory since the last [`reset_peak`], in bytes (Linux:
+/// `VmHWM` of /proc/self/status); `None` where the kernel does not say.
+fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Reset the peak resident memory to the current one (Linux ≥ 4.0: writing 5 to
+/// /proc/self/clear_refs); whether it could.
+fn reset_peak() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
 pub fn run(a: Args) -> Result<(), CliError> {
     let opts = SimOptions {
         record_links: false,
@@ -74,6 +89,7 @@ pub fn run(a: Args) -> Result<(), CliError> {
         "case", "ops", "events", "best_ms", "median_ms", "events_per_s"
     ))?;
     for case in cases(a.quick)? {
+        let resettable = reset_peak();
         let mut walls = Vec::new();
         let mut phases = Vec::new();
         let mut events = 0;
@@ -125,14 +141,21 @@ pub fn run(a: Args) -> Result<(), CliError> {
             median * 1e3,
             events as f64 / best
         ))?;
+        let peak = match (resettable, peak_rss()) {
+            (true, Some(b)) => format!("{:.0} MB", b as f64 / 1e6),
+            (false, Some(b)) => format!("{:.0} MB (process peak so far)", b as f64 / 1e6),
+            (_, None) => "not reported by this system".into(),
+        };
         super::stdout(&format!(
-            "    fastest of each phase: build {:.2} ms, simulate {:.2} ms ({:.0} events/s), timeline+metrics {:.2} ms\n",
+            "    fastest of each phase: build {:.2} ms, simulate {:.2} ms ({:.0} events/s), timeline+metrics {:.2} ms; peak memory {peak}\n",
             ph[0] * 1e3,
             ph[1] * 1e3,
             events as f64 / ph[1].max(1e-12),
             ph[2] * 1e3
         ))?;
     }
-    super::stdout("(wall time covers plan build, simulation, timeline and metrics; one thread)\n")?;
+    super::stdout(
+        "(wall time covers plan build, simulation, timeline and metrics; one thread; peak memory: the process's resident peak over the case's repetitions)\n",
+    )?;
     Ok(())
 }

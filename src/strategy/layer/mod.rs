@@ -1300,6 +1300,24 @@ mod tests {
         }
     }
 
+    /// The 1024-GPU llama-3-70b step at tp 8 · pp 8 · dp 16 with 64 micro-batches: its
+    /// symmetric plan (one replica, 10.7 M ops under flash) passes the size check at the
+    /// default memory limit; its full plan (sixteen replicas) is refused before building.
+    #[test]
+    fn a_symmetric_replica_passes_the_size_check_where_the_full_plan_does_not() {
+        let mut s = shape("llama-3-70b", 8, 1, 4096);
+        (s.pp, s.dp, s.zero, s.micro_batches) = (8, 16, 1, 64);
+        let limit = crate::plan::DEFAULT_MEMORY_GIB * (1u64 << 30) as f64
+            / crate::plan::LAYER_BYTES_PER_OP as f64;
+        let one = estimated_ops(Strategy::Flash, &s, true, 1) as f64;
+        assert!(one < 10.7e6 && one > 0.6 * 10.7e6, "{one}");
+        assert!(one < limit, "{one} of {limit}");
+        assert!(estimated_ops(Strategy::Flash, &s, true, 16) as f64 > limit);
+        assert!(check_size(Strategy::Flash, &s, true, 16, usize::MAX).is_err());
+        // An event budget below the estimate refuses it too.
+        assert!(check_size(Strategy::Flash, &s, true, 1, 1_000_000).is_err());
+    }
+
     /// Hand-computed model FLOPs per preset (one layer, fwd + bwd, one micro-batch):
     /// 6·P·T + 6·h·T·(s+1).
     #[test]

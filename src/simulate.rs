@@ -226,7 +226,7 @@ pub fn sample_scenario(
 /// The speed-up baseline: the makespan of plain `sequential` (every site sequential, no
 /// per-site overrides), taken from `runs` when one of them is that, else simulated.
 pub fn baseline(sc: &Scenario, runs: &[StrategyRun], opts: &SimOptions) -> Result<f64, RunError> {
-    if sc.site_strategies.is_empty()
+    if baseline_is_a_run(sc)
         && let Some(r) = runs.iter().find(|r| r.strategy == Strategy::Sequential)
     {
         return Ok(r.metrics.makespan);
@@ -243,12 +243,17 @@ pub fn baseline(sc: &Scenario, runs: &[StrategyRun], opts: &SimOptions) -> Resul
     Ok(res.times.iter().map(|t| t.end).fold(0.0, f64::max))
 }
 
+/// Whether the baseline is one of `sc`'s own runs (plain `sequential` among its
+/// strategies, no per-site overrides), so [`baseline`] takes it from them.
+fn baseline_is_a_run(sc: &Scenario) -> bool {
+    sc.site_strategies.is_empty() && sc.strategies.contains(&Strategy::Sequential)
+}
+
 pub fn run_scenario(sc: &Scenario, opts: &SimOptions) -> Result<ScenarioRun, RunError> {
     // A baseline simulated apart runs first, so its plan is gone before the strategies'
     // plans and timelines are held (the peak memory is the larger of the two, not their
     // sum). Its error waits for theirs: the strategies asked for fail first.
-    let apart = !sc.site_strategies.is_empty() || !sc.strategies.contains(&Strategy::Sequential);
-    let early = apart.then(|| baseline(sc, &[], opts));
+    let early = (!baseline_is_a_run(sc)).then(|| baseline(sc, &[], opts));
     let mut runs = Vec::with_capacity(sc.strategies.len());
     for &s in &sc.strategies {
         runs.push(run_strategy(sc, s, opts)?);

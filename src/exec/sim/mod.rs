@@ -186,10 +186,6 @@ const COMM: f64 = -1.0;
 struct Transfer {
     send: OpId,
     recv: OpId,
-    /// The ranks of the send and the receive (kept here: the ops' records are far apart
-    /// in memory, and every start and end of the flow needs them).
-    src: u32,
-    dst: u32,
     bytes: u64,
     started: f64,
 }
@@ -634,9 +630,10 @@ impl<'p> Engine<'p> {
         let Some(st) = self.interference.as_mut() else {
             return Ok(());
         };
+        let t = &self.transfers[f as usize];
         let (a, b) = (
-            self.transfers[f as usize].src,
-            self.transfers[f as usize].dst,
+            self.plan.ops[t.send as usize].rank,
+            self.plan.ops[t.recv as usize].rank,
         );
         st.moving(a, delta);
         if b != a {
@@ -723,8 +720,6 @@ impl<'p> Engine<'p> {
         let t = Transfer {
             send,
             recv,
-            src,
-            dst,
             bytes,
             started: self.now,
         };

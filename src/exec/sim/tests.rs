@@ -527,6 +527,19 @@ fn a_deadline_stops_a_run_past_it_and_leaves_one_before_it_alone() {
     assert!(e.to_string().contains("passed its deadline"), "{e}");
 }
 
+/// The default scenario as `w`; a step gets two pipeline stages of tp 4 and four
+/// micro-batches.
+fn block_layer_or_step(w: Workload) -> Scenario {
+    let mut sc = default_scenario();
+    sc.workload = w;
+    if w == Workload::Step {
+        sc.parallel.pp = 2;
+        sc.parallel.tp = 4;
+        sc.micro_batches = 4;
+    }
+    sc
+}
+
 /// The metrics of a run's plan and times (what jittered samples take) are those of its
 /// timeline, bit for bit, when the run records no link spans: blocks, layers and a
 /// pipelined step (its bubble), with and without jitter and interference.
@@ -534,13 +547,7 @@ fn a_deadline_stops_a_run_past_it_and_leaves_one_before_it_alone() {
 fn metrics_without_a_timeline_are_the_timelines() {
     use crate::timeline::{Timeline, metrics};
     for w in [Workload::Mlp, Workload::Layer, Workload::Step] {
-        let mut sc = default_scenario();
-        sc.workload = w;
-        if w == Workload::Step {
-            sc.parallel.pp = 2;
-            sc.parallel.tp = 4;
-            sc.micro_batches = 4;
-        }
+        let mut sc = block_layer_or_step(w);
         for (inter, jitter) in [(false, false), (true, false), (true, true)] {
             sc.interference = inter;
             let opts = SimOptions {
@@ -572,13 +579,7 @@ fn metrics_without_a_timeline_are_the_timelines() {
 fn the_compute_floor_never_passes_the_makespan() {
     let mut cases = Vec::new();
     for w in [Workload::Mlp, Workload::Layer, Workload::Step] {
-        let mut sc = default_scenario();
-        sc.workload = w;
-        if w == Workload::Step {
-            sc.parallel.pp = 2;
-            sc.parallel.tp = 4;
-            sc.micro_batches = 4;
-        }
+        let sc = block_layer_or_step(w);
         for inter in [false, true] {
             let mut sc = sc.clone();
             sc.interference = inter;

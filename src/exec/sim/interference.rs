@@ -67,6 +67,10 @@ struct Running {
     /// A GEMM's fraction of its time in a last wave that leaves SMs idle (NaN until
     /// computed; 1 for any other op).
     tail: f64,
+    /// A GEMM's SM slowdown at the SMs it was last given (`sms`; `u64::MAX` until
+    /// first asked): refreshes re-rate a GEMM far more often than its SMs change.
+    sms: u64,
+    sm_factor: f64,
 }
 
 pub(super) struct InterferenceState {
@@ -108,6 +112,11 @@ impl InterferenceState {
 
     pub fn holds_sms(&self) -> bool {
         self.model.transport == Transport::Nccl
+    }
+
+    /// Whether `rank` runs no compute op (a refresh has nothing to re-rate).
+    pub fn idle(&self, rank: u32) -> bool {
+        self.running[rank as usize].is_empty()
     }
 
     /// Whether `version` is the current completion event of `op`, running on `rank`.
@@ -167,6 +176,8 @@ impl InterferenceState {
             copy: matches!(kind, OpKind::Copy { .. }),
             admitted,
             tail: if gemm.is_some() { f64::NAN } else { 1.0 },
+            sms: u64::MAX,
+            sm_factor: 1.0,
         });
     }
 
@@ -185,10 +196,12 @@ impl InterferenceState {
         }
     }
 
-    /// A send or recv of `stream` posted (`+1`) or done (`-1`).
-    pub fn posted(&mut self, plan: &Plan, stream: StreamId, delta: i32) {
+    /// A send or recv of `stream` posted (`+1`) or done (`-1`). Returns whether the SMs
+    /// communication holds on its rank changed, the only change its ops' factors see.
+    pub fn posted(&mut self, plan: &Plan, stream: StreamId, delta: i32) -> bool {
         let info = &plan.streams[stream as usize];
         let r = info.rank as usize;
+        let before = self.held(r);
         match info.block {
             Some(b) => {
                 let c = &mut self.block_posted[b as usize];
@@ -206,12 +219,30 @@ impl InterferenceState {
                 *c = c.saturating_add_signed(delta);
             }
         }
+        self.held(r) != before
     }
 
-    /// A transfer of `rank` started (`+1`) or stopped (`-1`) moving bytes.
-    pub fn moving(&mut self, rank: u32, delta: i32) {
+    /// The SMs communication holds on rank `r` (0 unless the transport holds SMs).
+    fn held(&self, r: usize) -> u64 {
+        let p = &self.model.params;
+        if self.holds_sms() {
+            (self.posted[r] as u64)
+                .saturating_mul(p.comm_ctas_per_op)
+                .saturating_add(self.blocks_busy[r] as u64)
+                .min(p.max_comm_ctas)
+        } else {
+            0
+        }
+    }
+
+    /// A transfer of `rank` started (`+1`) or stopped (`-1`) moving bytes. Returns
+    /// whether the rank went from moving none to some or back, the only change its ops'
+    /// factors see.
+    pub fn moving(&mut self, rank: u32, delta: i32) -> bool {
         let c = &mut self.moving[rank as usize];
+        let was = *c > 0;
         *c = c.saturating_add_signed(delta);
+        was != (*c > 0)
     }
 
     /// Whether a running GEMM of `rank` fills every SM at `now`: it has not reached its
@@ -270,23 +301,23 @@ impl InterferenceState {
         }
         Ok(match e.gemm {
             Some((g, m, n, k, dtype)) => {
-                let held = if self.holds_sms() {
-                    (self.posted[r] as u64)
-                        .saturating_mul(p.comm_ctas_per_op)
-                        .saturating_add(self.blocks_busy[r] as u64)
-                        .min(p.max_comm_ctas)
+                let sms = gpu.sm_count.saturating_sub(self.held(r));
+                let sm = if e.sms == sms {
+                    e.sm_factor
                 } else {
-                    0
-                };
-                let sms = gpu.sm_count.saturating_sub(held);
-                let key = (g, m, n, k, dtype as usize, sms);
-                let sm = match self.sm_cache.get(&key) {
-                    Some(&f) => f,
-                    None => {
-                        let f = cost::grouped_gemm_sm_slowdown(gpu, g, m, n, k, dtype, sms)?;
-                        self.sm_cache.insert(key, f);
-                        f
-                    }
+                    let key = (g, m, n, k, dtype as usize, sms);
+                    let f = match self.sm_cache.get(&key) {
+                        Some(&f) => f,
+                        None => {
+                            let f = cost::grouped_gemm_sm_slowdown(gpu, g, m, n, k, dtype, sms)?;
+                            self.sm_cache.insert(key, f);
+                            f
+                        }
+                    };
+                    let slot = &mut self.running[r][i];
+                    slot.sms = sms;
+                    slot.sm_factor = f;
+                    f
                 };
                 let p = &self.model.params;
                 let hbm = if self.moving[r] > 0 {

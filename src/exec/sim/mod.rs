@@ -466,6 +466,9 @@ impl<'p> Engine<'p> {
         let Some(st) = self.interference.as_mut() else {
             return Ok(());
         };
+        if st.idle(rank) {
+            return Ok(());
+        }
         let mut out = std::mem::take(&mut self.resched);
         st.refresh(&self.hw.gpu, rank, self.now, &mut out)?;
         for &(op, at, v, tail) in &out {
@@ -603,8 +606,7 @@ impl<'p> Engine<'p> {
                 if let Some(st) = self.interference.as_mut()
                     && st.holds_sms()
                 {
-                    st.posted(plan, stream, 1);
-                    changed = true;
+                    changed |= st.posted(plan, stream, 1);
                 }
                 // A send or recv is posted once it has a start time.
                 let p = plan.partner(op);
@@ -635,12 +637,14 @@ impl<'p> Engine<'p> {
             self.plan.ops[t.send as usize].rank,
             self.plan.ops[t.recv as usize].rank,
         );
-        st.moving(a, delta);
-        if b != a {
-            st.moving(b, delta);
+        // Only whether a rank moves any bytes enters its factors: a rank whose count
+        // stayed on the same side of zero has nothing to re-rate.
+        let flip_a = st.moving(a, delta);
+        let flip_b = b != a && st.moving(b, delta);
+        if flip_a {
+            self.refresh(a)?;
         }
-        self.refresh(a)?;
-        if b != a {
+        if flip_b {
             self.refresh(b)?;
         }
         Ok(())
@@ -808,8 +812,9 @@ impl<'p> Engine<'p> {
             && st.holds_sms()
         {
             let stream = self.plan.launch_stream(l);
-            st.posted(self.plan, stream, -1);
-            self.refresh(self.plan.streams[stream as usize].rank)?;
+            if st.posted(self.plan, stream, -1) {
+                self.refresh(self.plan.streams[stream as usize].rank)?;
+            }
         }
         self.times[op as usize].end = self.now;
         self.done_ops += 1;

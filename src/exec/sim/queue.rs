@@ -1,18 +1,28 @@
-//! The event queue: a radix heap over 128-bit keys (time bits, sequence number).
+//! The event queue: a radix heap over event times, each key a 128-bit (time bits,
+//! sequence number).
 //!
-//! The engine never schedules into the past, so the keys it pops are non-decreasing — the
-//! one condition a radix heap needs. A key's bucket is the position of the highest bit
-//! in which it differs from the last key popped; popping from an empty bucket 0 finds
-//! the smallest key in the lowest non-empty bucket and redistributes that bucket, whose
-//! keys all fall into lower buckets. Every push is O(1) and every key moves down at most
-//! 128 times, against the O(log n) sift of a binary heap with its scattered accesses.
+//! The engine never schedules into the past, so the times it pops are non-decreasing —
+//! the one condition a radix heap needs. An entry's bucket is the position of the
+//! highest bit in which its time differs from the last time popped; popping when no
+//! entry of that time is left takes the lowest non-empty bucket, whose smallest time
+//! becomes the current one, and redistributes it: its entries of that time form the
+//! *current run*, the rest fall into lower buckets. Every push is O(1) and every entry
+//! moves down at most 64 times, against the O(log n) sift of a binary heap with its
+//! scattered accesses.
+//!
+//! Simultaneous events are common (ranks that run the same program finish the same ops
+//! at the same instant), and they pop as a run: the current run is kept in key order
+//! (sorted once when it forms; pushes at the current time come with ever larger
+//! sequence numbers, so they append), and popping from it is a step along a vector.
 //!
 //! Keys are unique (the sequence number is), so the pop order is exactly that of a
 //! binary heap on the same keys: (time, then scheduling order).
 
 use ordered_float::NotNan;
 
-const BUCKETS: usize = 129;
+/// Buckets 1..=64 (a time differing from the current one in its highest bit 0..=63);
+/// slot 0 is unused.
+const BUCKETS: usize = 65;
 
 /// The key of an event at `time` (non-negative) scheduled `seq`-th: a non-negative `f64`'s
 /// bit pattern orders like the number.
@@ -27,18 +37,27 @@ pub(super) fn time_of(key: u128) -> f64 {
     f64::from_bits((key >> 64) as u64)
 }
 
+fn time_bits(key: u128) -> u64 {
+    (key >> 64) as u64
+}
+
 #[derive(Debug)]
 pub(super) struct RadixQueue<T> {
     buckets: Vec<Vec<(u128, T)>>,
-    /// Bit `i − 1` set iff bucket `i` (1..=128) is non-empty, so finding the lowest
+    /// Bit `i − 1` set iff bucket `i` (1..=64) is non-empty, so finding the lowest
     /// non-empty bucket is one `trailing_zeros`.
-    occupied: u128,
+    occupied: u64,
+    /// The entries at the current time, in key order; those before `head` are popped.
+    run: Vec<(u128, T)>,
+    head: usize,
+    /// The current time's bits, and the last key popped.
+    now: u64,
     last: u128,
     len: usize,
 }
 
-fn bucket(key: u128, last: u128) -> usize {
-    (128 - (key ^ last).leading_zeros()) as usize
+fn bucket(t: u64, now: u64) -> usize {
+    (64 - (t ^ now).leading_zeros()) as usize
 }
 
 impl<T: Copy> RadixQueue<T> {
@@ -46,6 +65,9 @@ impl<T: Copy> RadixQueue<T> {
         RadixQueue {
             buckets: (0..BUCKETS).map(|_| Vec::new()).collect(),
             occupied: 0,
+            run: Vec::new(),
+            head: 0,
+            now: 0,
             last: 0,
             len: 0,
         }
@@ -56,14 +78,17 @@ impl<T: Copy> RadixQueue<T> {
     }
 
     /// Keep only the entries `keep` accepts. Each stays in its bucket (a bucket depends
-    /// on the key and the last key popped, neither of which changes), so the pop order
-    /// of the rest is unchanged.
+    /// on the key and the current time, neither of which changes) and the current run
+    /// keeps its order, so the pop order of the rest is unchanged.
     pub fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) {
-        let mut len = 0;
-        for (i, b) in self.buckets.iter_mut().enumerate() {
+        self.run.drain(..self.head);
+        self.head = 0;
+        self.run.retain(|e| keep(&e.1));
+        let mut len = self.run.len();
+        for (i, b) in self.buckets.iter_mut().enumerate().skip(1) {
             b.retain(|e| keep(&e.1));
             len += b.len();
-            if i > 0 && b.is_empty() {
+            if b.is_empty() {
                 self.occupied &= !(1 << (i - 1));
             }
         }
@@ -76,39 +101,63 @@ impl<T: Copy> RadixQueue<T> {
         if key < self.last {
             return false;
         }
-        self.put(key, item);
+        let t = time_bits(key);
+        if t == self.now {
+            // Into the current run, in key order (the engine's keys only ever append).
+            match self.run.last() {
+                Some(&(k, _)) if k > key => {
+                    let at = self.head + self.run[self.head..].partition_point(|e| e.0 < key);
+                    self.run.insert(at, (key, item));
+                }
+                _ => self.run.push((key, item)),
+            }
+        } else {
+            self.put(t, key, item);
+        }
         self.len += 1;
         true
     }
 
-    fn put(&mut self, key: u128, item: T) {
-        let b = bucket(key, self.last);
+    fn put(&mut self, t: u64, key: u128, item: T) {
+        let b = bucket(t, self.now);
         self.buckets[b].push((key, item));
-        if b > 0 {
-            self.occupied |= 1 << (b - 1);
-        }
+        self.occupied |= 1 << (b - 1);
     }
 
     /// The entry with the smallest key.
     pub fn pop(&mut self) -> Option<(u128, T)> {
-        if self.buckets[0].is_empty() {
+        if self.head == self.run.len() {
+            self.run.clear();
+            self.head = 0;
             if self.occupied == 0 {
                 return None;
             }
             let i = self.occupied.trailing_zeros() as usize + 1;
             self.occupied &= !(1 << (i - 1));
             let mut moving = std::mem::take(&mut self.buckets[i]);
-            let min = moving.iter().map(|e| e.0).min().expect("non-empty bucket");
-            self.last = min;
+            let now = moving
+                .iter()
+                .map(|e| time_bits(e.0))
+                .min()
+                .expect("non-empty bucket");
+            self.now = now;
             for &(k, item) in &moving {
-                self.put(k, item);
+                let t = time_bits(k);
+                if t == now {
+                    self.run.push((k, item));
+                } else {
+                    self.put(t, k, item);
+                }
             }
             moving.clear();
             // Keep the allocation for the next time this bucket fills.
             self.buckets[i] = moving;
+            self.run.sort_unstable_by_key(|e| e.0);
         }
-        let e = self.buckets[0].pop()?;
+        let e = self.run[self.head];
+        self.head += 1;
         self.len -= 1;
+        self.last = e.0;
         Some(e)
     }
 }
@@ -146,14 +195,16 @@ mod tests {
 
     proptest! {
         /// Interleaved pushes (never below the last pop) and pops give exactly the order
-        /// of a binary heap.
+        /// of a binary heap, with times far apart and (half the pushes) equal to the
+        /// current one or next to it.
         #[test]
         fn same_order_as_a_binary_heap(ops in prop::collection::vec((any::<bool>(), 0u64..1000, 0u64..4), 1..400)) {
             let mut q = RadixQueue::new();
             let mut h = BinaryHeap::new();
             let mut seq = 0u64;
             let mut now = 0u64;
-            for (is_pop, dt, _) in ops {
+            for (is_pop, dt, near) in ops {
+                let dt = if near < 2 { dt % 2 } else { dt };
                 if is_pop {
                     let a = q.pop();
                     let b = h.pop().map(|Reverse(e)| e);

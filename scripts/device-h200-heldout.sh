@@ -12,6 +12,10 @@
 # copy (a copy-engine copy of each transfer's size beside the GEMMs). Extra arguments go
 # to every `run` (a later protocol, say). Calling it twice, on two machines, gives the
 # spread between calls. Before the set: the GEMM+copy case of issue 23 from its plan file.
+#   FO_MODELS="A B" and FO_BATCHES="X Y" replace the two models (models/hf/A.json) and the
+# token counts (X × 2048): a second held-out set, fixed before it is run. The second set
+# (2026-12-07, after the reductions stopped waiting for SMs): qwen2.5-14b (hidden 5120, ffn
+# 13824) and command-r (hidden 8192, ffn 22528), 2048 × 2 and 2048 × 5 tokens.
 set -uo pipefail
 R=/tmp/flashoverlap-heldout
 FO_DEFAULT_LIMIT_S=560
@@ -48,11 +52,15 @@ for p in gemms-beside-copies llama-3-8b-tp8-layer-gemms; do for c in burst susta
   $B/flashoverlap run --plan plans/$p.toml --hardware "$HW" --clocks $c --warmup 3 \
     --repeats 10 --out "$R/plan-$p-$c" --force | tail -n 2
 done; done
+MODELS=${FO_MODELS:-llama-2-7b yi-34b}
+BATCHES=${FO_BATCHES:-3 7}
+read -r M1 M2 <<< "$MODELS"
+BL=${BATCHES##* }
 HS=sequential,chunked:2,chunked:4,chunked:8,chunked:16,flash,direct,permute-loop,permute-loop-bidir
 for si in none copy; do
   stamp "held-out schedules, stand-in $si"
-  for m in llama-2-7b yi-34b; do for w in ag-gemm gemm-rs mlp; do for tp in 2 4 8; do
-    for b in 3 7; do
+  for m in $MODELS; do for w in ag-gemm gemm-rs mlp; do for tp in 2 4 8; do
+    for b in $BATCHES; do
       $B/flashoverlap run --hardware "$HW" --model models/hf/$m.json --workload $w --tp $tp \
         --batch $b --seq 2048 --strategy $HS --emulate-rank 0 --stand-in $si --warmup 3 \
         --repeats 10 --out "$R/ho-$si-$m-$w-tp$tp-b$b" --force "$@" | tail -n 1
@@ -63,12 +71,12 @@ for si in none copy; do
   [ $si = none ] || continue
   # The sustained regime on a few of the same schedules (each strategy settles apart).
   stamp "held-out schedules at sustained clocks, stand-in none"
-  for c in "llama-2-7b mlp 8" "yi-34b ag-gemm 4" "yi-34b gemm-rs 2"; do
+  for c in "$M1 mlp 8" "$M2 ag-gemm 4" "$M2 gemm-rs 2"; do
     read -r m w tp <<< "$c"
     $B/flashoverlap run --hardware "$HW" --model models/hf/$m.json --workload $w --tp $tp \
-      --batch 7 --seq 2048 --strategy sequential,chunked:8,flash --emulate-rank 0 \
+      --batch "$BL" --seq 2048 --strategy sequential,chunked:8,flash --emulate-rank 0 \
       --stand-in none --clocks sustained --warmup 3 --repeats 10 \
-      --out "$R/sus-none-$m-$w-tp$tp-b7" --force | tail -n 1
+      --out "$R/sus-none-$m-$w-tp$tp-b$BL" --force | tail -n 1
   done
   $B/flashoverlap validate "$R"/sus-none-* --hardware "$HW" --out "$R/validate-sus.json" \
     --force | tail -n 2

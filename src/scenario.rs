@@ -363,15 +363,16 @@ pub struct InterferenceParams {
     /// runs (a reduction beside the partial GEMMs: it takes SMs as the GEMM's waves
     /// drain, and the next GEMM waits for them); 1 = none.
     pub gemm_slowdown_beside_reduction: f64,
-    /// An elementwise kernel on a communication stream beside a GEMM.
+    /// An elementwise kernel on a communication stream beside a GEMM (it never waits for
+    /// the GEMM's SMs).
     pub reduction_slowdown_beside_gemm: f64,
-    /// SM admission: a memory-bound kernel on a communication stream (a reduction or a
-    /// local copy; the GPU runs both on SMs) that becomes ready while a GEMM that started
-    /// earlier still fills every SM makes no progress until that GEMM's last, partial
-    /// wave leaves SMs idle (or it ends). Once running it keeps its SMs: beside a GEMM
-    /// that fills the GPU it runs `reduction_slowdown_beside_gemm` slower and slows the
-    /// GEMM by `gemm_slowdown_beside_reduction`. Off: such kernels run beside any GEMM
-    /// from the start at that slowdown (and copies count as other memory ops).
+    /// SM admission: a copy on a communication stream (the GPU runs it on SMs) that
+    /// becomes ready while a GEMM that started earlier still fills every SM makes no
+    /// progress until that GEMM's last, partial wave leaves SMs idle (or it ends). Once
+    /// running it keeps its SMs: beside a GEMM that fills the GPU it runs
+    /// `memory_op_slowdown_beside_gemm` slower and slows the GEMM by
+    /// `gemm_slowdown_beside_reduction`. Off: such copies count as other memory ops.
+    /// Reductions never wait (measured: they run beside the GEMM from its start).
     pub memory_ops_wait_for_gemm_sms: bool,
 }
 

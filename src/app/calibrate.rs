@@ -552,7 +552,7 @@ pub fn run(a: &Request) -> Result<Calibrated, Error> {
                  alone, {ac:.1} us in the chain. The simulator reproduces that chain with a\n#   \
                  GEMM {g:.3}x slower while an add runs \
                  (interference.gemm_slowdown_beside_reduction) and an\n#   add {a:.3}x \
-                 slower beside a GEMM that fills the GPU \
+                 slower beside a running GEMM \
                  (interference.reduction_slowdown_beside_gemm).\n\
                  # An add on 8..96 CTAs of its own (GB/s): {sweep}.\n",
                 ga = rc.gemm_alone_s * 1e6,

@@ -14,19 +14,22 @@
 //!   while a GEMM runs on its GPU;
 //! - an elementwise op on a communication stream (a reduction: the adds of Flash-RS,
 //!   direct and permute-loop chains) runs `reduction_slowdown_beside_gemm` slower beside a
-//!   GEMM, and a GEMM runs `gemm_slowdown_beside_reduction` slower while one runs.
+//!   GEMM, and a GEMM runs `gemm_slowdown_beside_reduction` slower while one runs. A
+//!   reduction never waits for a GEMM's SMs: its blocks fit beside the GEMM's on the same
+//!   SMs. Measured on an H100 (`results/h100-2026-12-07`, the gemm-rs sites at tp 8 under
+//!   `direct`), the adds start 2 µs into the first partial GEMM and run beside every
+//!   GEMM after it, 2.4–3× slower than alone.
 //!
 //! With `memory_ops_wait_for_gemm_sms` (SM admission), copies on communication streams
-//! join the reductions as *side ops*, and a side op that starts while a GEMM still fills
-//! every SM (before that GEMM's last, partial wave: [`cost::gemm_partial_tail`]; a GEMM
-//! that starts at the same instant counts, it takes the SMs first) is *blocked*: it makes
-//! no progress until no running GEMM fills the GPU. Once admitted it keeps its SMs; beside
-//! a GEMM that fills the GPU a reduction runs at the reduction slowdown and a copy at the
-//! memory-op slowdown (a copy kernel, resident, goes on beside the next GEMM: ten 8192³
-//! GEMMs beside ten 1 GiB copies measured the copies ending ~0.4 ms after the last GEMM,
-//! where the reductions' slowdown starved them to 3.7 ms after), both at full rate beside
-//! a GEMM's partial last wave. Each GEMM then also gets a *tail* event at its last
-//! wave's start, where blocked ops are admitted.
+//! are *side ops*, and a side copy that starts while a GEMM still fills every SM (before
+//! that GEMM's last, partial wave: [`cost::gemm_partial_tail`]; a GEMM that starts at the
+//! same instant counts, it takes the SMs first) is *blocked*: it makes no progress until
+//! no running GEMM fills the GPU. Once admitted it keeps its SMs and runs at the
+//! memory-op slowdown beside a GEMM that fills the GPU (a copy kernel, resident, goes on
+//! beside the next GEMM: ten 8192³ GEMMs beside ten 1 GiB copies measured the copies
+//! ending ~0.4 ms after the last GEMM), at full rate beside a GEMM's partial last wave.
+//! Each GEMM then also gets a *tail* event at its last wave's start, where blocked copies
+//! are admitted.
 //!
 //! Whenever a count changes, every running op of that rank whose factor changed keeps the
 //! work it has done (a fraction of its cost-model time), takes the new factor, and gets a
@@ -59,7 +62,7 @@ struct Running {
     /// A GEMM's (groups, m, n, k, dtype).
     gemm: Option<(u64, u64, u64, u64, DType)>,
     /// A side op (a reduction; with SM admission also a copy on a communication stream),
-    /// and whether it is a copy.
+    /// and whether it is a copy (only copies wait for SMs).
     side: bool,
     copy: bool,
     /// A running side op holds SMs (always, without SM admission).
@@ -156,9 +159,10 @@ impl InterferenceState {
                 OpKind::Copy { .. } => admission,
                 _ => false,
             };
-        // Without SM admission a side op holds SMs from its start; with it, the next
-        // refresh decides.
-        let admitted = side && !admission;
+        let copy = matches!(kind, OpKind::Copy { .. });
+        // A reduction holds SMs from its start (its blocks fit beside a GEMM's on the same
+        // SMs); with SM admission a side copy waits for the next refresh to decide.
+        let admitted = side && !copy;
         if admitted {
             self.side_ops[r] += 1;
         }
@@ -173,7 +177,7 @@ impl InterferenceState {
             version: 0,
             gemm,
             side,
-            copy: matches!(kind, OpKind::Copy { .. }),
+            copy,
             admitted,
             tail: if gemm.is_some() { f64::NAN } else { 1.0 },
             sms: u64::MAX,
@@ -284,17 +288,13 @@ impl InterferenceState {
         let r = rank;
         let e = self.running[r][i];
         let p = &self.model.params;
-        if p.memory_ops_wait_for_gemm_sms && e.side {
+        if p.memory_ops_wait_for_gemm_sms && e.side && e.copy {
             if !e.admitted {
                 return Ok(f64::INFINITY);
             }
             // Slowed only beside a GEMM that fills the GPU.
             return Ok(if Self::gemm_fills_sms(&self.running[r], now) {
-                if e.copy {
-                    p.memory_op_slowdown_beside_gemm
-                } else {
-                    p.reduction_slowdown_beside_gemm
-                }
+                p.memory_op_slowdown_beside_gemm
             } else {
                 1.0
             });
@@ -356,7 +356,7 @@ impl InterferenceState {
             // (processed after it) takes the SMs first.
             for i in 0..self.running[r].len() {
                 let e = self.running[r][i];
-                if !e.side || (e.admitted && e.started < now) {
+                if !e.copy || !e.side || (e.admitted && e.started < now) {
                     continue;
                 }
                 let admit = !Self::gemm_fills_sms(&self.running[r], now);

@@ -176,7 +176,6 @@ pub fn sample_scenario(
         ..opts.clone()
     }
     .for_scenario(sc);
-    let peak = sc.hardware.gpu.peak(sc.dtype).unwrap_or(0.0);
     for &strategy in &sc.strategies {
         let name = strategy.to_string();
         let plan =
@@ -201,8 +200,9 @@ pub fn sample_scenario(
                 source,
             })?;
             // The figures the run's timeline gives, without building it.
-            let m = crate::timeline::metrics::metrics_of_run(&plan, &res.times, peak);
-            Ok((m.makespan, m.exposed_comm))
+            Ok(crate::timeline::metrics::makespan_and_exposed_of_run(
+                &plan, &res.times,
+            ))
         };
         let got: Vec<(f64, f64)> = (0..samples)
             .into_par_iter()

@@ -220,6 +220,44 @@ pub fn metrics_of_run(plan: &Plan, times: &[OpTimes], peak_flops: f64) -> Metric
     )
 }
 
+/// The makespan and the critical rank's exposed communication of a run (what a
+/// jittered sample reports): [`metrics_of_run`]'s two figures, bit for bit, with the
+/// intervals of the critical rank alone (the first rank to end last) rather than of
+/// every rank.
+pub fn makespan_and_exposed_of_run(plan: &Plan, times: &[OpTimes]) -> (f64, f64) {
+    let n = plan.symmetry.unwrap_or(plan.ranks) as usize;
+    let makespan = times.iter().map(|t| t.end).fold(0.0, f64::max);
+    let rank_of = |o: &crate::plan::Op| plan.streams[o.stream as usize].rank as usize;
+    let mut end = vec![0.0f64; n];
+    for (o, t) in plan.ops.iter().zip(times) {
+        let r = rank_of(o);
+        end[r] = end[r].max(t.end);
+    }
+    let mut crit = 0usize;
+    for r in 0..n {
+        if end[r] > end[crit] {
+            crit = r;
+        }
+    }
+    if n == 0 {
+        return (makespan, 0.0);
+    }
+    let (mut compute, mut comm) = (Vec::new(), Vec::new());
+    for (o, t) in plan.ops.iter().zip(times) {
+        if rank_of(o) != crit || is_pipeline_stream(&plan.streams[o.stream as usize].name) {
+            continue;
+        }
+        if o.kind.class().is_comm() {
+            comm.push((t.start, t.end));
+        } else {
+            compute.push((t.start, t.end));
+        }
+    }
+    let c = Intervals::from_unsorted(compute);
+    let m = Intervals::from_unsorted(comm);
+    (makespan, subtract(&m, &c).measure())
+}
+
 /// The headline figures from the per-rank ones.
 fn summarise(
     ranks: Vec<RankMetrics>,

@@ -540,9 +540,10 @@ fn block_layer_or_step(w: Workload) -> Scenario {
     sc
 }
 
-/// The metrics of a run's plan and times (what jittered samples take) are those of its
-/// timeline, bit for bit, when the run records no link spans: blocks, layers and a
-/// pipelined step (its bubble), with and without jitter and interference.
+/// The metrics of a run's plan and times are those of its timeline, bit for bit, when
+/// the run records no link spans, and so are the makespan and exposed communication
+/// jittered samples take from the critical rank alone: blocks, layers and a pipelined
+/// step (its bubble), with and without jitter and interference.
 #[test]
 fn metrics_without_a_timeline_are_the_timelines() {
     use crate::timeline::{Timeline, metrics};
@@ -566,6 +567,9 @@ fn metrics_without_a_timeline_are_the_timelines() {
                 let want = metrics::metrics(&tl);
                 let got = metrics::metrics_of_run(&plan, &res.times, 1e15);
                 assert_eq!(got, want, "{w:?} {s} interference {inter} jitter {jitter}");
+                let (makespan, exposed) = metrics::makespan_and_exposed_of_run(&plan, &res.times);
+                assert_eq!(makespan.to_bits(), want.makespan.to_bits());
+                assert_eq!(exposed.to_bits(), want.exposed_comm.to_bits());
                 assert_eq!(got.bubble.is_some(), w == Workload::Step);
             }
         }

@@ -257,21 +257,28 @@ fn match_p2p(plan: &Plan) -> Result<Vec<OpId>, PlanError> {
         }
         None => (src, dst),
     };
+    // One pass over the ops; a bad send peer is reported before any bad recv peer.
+    let mut bad_recv_peer = None;
     for (id, o) in plan.ops.iter().enumerate() {
-        if let OpKind::Send { peer, tag, bytes } = o.kind {
-            check_peer(id, o, peer)?;
-            let (src, dst) = canon(o.rank, peer);
-            sends.push((src, dst, tag, id as OpId, bytes));
+        match o.kind {
+            OpKind::Send { peer, tag, bytes } => {
+                check_peer(id, o, peer)?;
+                let (src, dst) = canon(o.rank, peer);
+                sends.push((src, dst, tag, id as OpId, bytes));
+            }
+            OpKind::Recv {
+                peer, tag, bytes, ..
+            } => {
+                if bad_recv_peer.is_none() {
+                    bad_recv_peer = check_peer(id, o, peer).err();
+                }
+                recvs.push((peer, o.rank, tag, id as OpId, bytes));
+            }
+            _ => {}
         }
     }
-    for (id, o) in plan.ops.iter().enumerate() {
-        if let OpKind::Recv {
-            peer, tag, bytes, ..
-        } = o.kind
-        {
-            check_peer(id, o, peer)?;
-            recvs.push((peer, o.rank, tag, id as OpId, bytes));
-        }
+    if let Some(e) = bad_recv_peer {
+        return Err(e);
     }
     sends.sort_unstable();
     recvs.sort_unstable();

@@ -184,104 +184,24 @@ fn subtract(a: &Intervals, b: &Intervals) -> Intervals {
 }
 
 pub fn metrics(tl: &Timeline) -> Metrics {
-    let makespan = tl.spans.iter().map(|s| s.end).fold(0.0, f64::max);
-    let staged = tl.streams.iter().any(|s| is_pipeline_stream(&s.name));
-    summarise(
-        rank_metrics(tl),
-        makespan,
-        tl.ranks,
-        tl.peak_flops,
-        tl.model_flops,
-        staged,
-    )
-}
-
-/// [`metrics`] of the timeline [`Timeline::predicted`] builds from `plan` and a run's
-/// `times` when the run recorded no link spans, without building it: the same figures,
-/// bit for bit, for callers that need no spans (jittered samples).
-///
-/// [`Timeline::predicted`]: super::Timeline::predicted
-pub fn metrics_of_run(plan: &Plan, times: &[OpTimes], peak_flops: f64) -> Metrics {
-    let ranks = plan.symmetry.unwrap_or(plan.ranks);
-    let spans = plan
-        .ops
-        .iter()
-        .zip(times)
-        .map(|(o, t)| (o.stream, o.kind.class(), t.start, t.end));
-    let makespan = times.iter().map(|t| t.end).fold(0.0, f64::max);
-    let staged = plan.streams.iter().any(|s| is_pipeline_stream(&s.name));
-    summarise(
-        rank_metrics_of(ranks as usize, &plan.streams, spans),
-        makespan,
-        ranks,
-        peak_flops,
-        plan.model_flops,
-        staged,
-    )
-}
-
-/// The makespan and the critical rank's exposed communication of a run (what a
-/// jittered sample reports): [`metrics_of_run`]'s two figures, bit for bit, with the
-/// intervals of the critical rank alone (the first rank to end last) rather than of
-/// every rank.
-pub fn makespan_and_exposed_of_run(plan: &Plan, times: &[OpTimes]) -> (f64, f64) {
-    let n = plan.symmetry.unwrap_or(plan.ranks) as usize;
-    let makespan = times.iter().map(|t| t.end).fold(0.0, f64::max);
-    let rank_of = |o: &crate::plan::Op| plan.streams[o.stream as usize].rank as usize;
-    let mut end = vec![0.0f64; n];
-    for (o, t) in plan.ops.iter().zip(times) {
-        let r = rank_of(o);
-        end[r] = end[r].max(t.end);
-    }
-    let mut crit = 0usize;
-    for r in 0..n {
-        if end[r] > end[crit] {
-            crit = r;
-        }
-    }
-    if n == 0 {
-        return (makespan, 0.0);
-    }
-    let (mut compute, mut comm) = (Vec::new(), Vec::new());
-    for (o, t) in plan.ops.iter().zip(times) {
-        if rank_of(o) != crit || is_pipeline_stream(&plan.streams[o.stream as usize].name) {
-            continue;
-        }
-        if o.kind.class().is_comm() {
-            comm.push((t.start, t.end));
-        } else {
-            compute.push((t.start, t.end));
-        }
-    }
-    let c = Intervals::from_unsorted(compute);
-    let m = Intervals::from_unsorted(comm);
-    (makespan, subtract(&m, &c).measure())
-}
-
-/// The headline figures from the per-rank ones.
-fn summarise(
-    ranks: Vec<RankMetrics>,
-    makespan: f64,
-    rank_count: u32,
-    peak_flops: f64,
-    model_flops: f64,
-    staged: bool,
-) -> Metrics {
+    let ranks = rank_metrics(tl);
     let mut crit = 0usize;
     for (i, r) in ranks.iter().enumerate() {
         if r.end > ranks[crit].end {
             crit = i;
         }
     }
+    let makespan = tl.spans.iter().map(|s| s.end).fold(0.0, f64::max);
     let (compute, comm, exposed) = ranks
         .get(crit)
         .map(|r| (r.compute, r.comm, r.exposed_comm))
         .unwrap_or((0.0, 0.0, 0.0));
     let max_exposed = ranks.iter().map(|r| r.exposed_comm).fold(0.0, f64::max);
     let overlap_efficiency = (comm > 0.0).then(|| ((comm - exposed) / comm).clamp(0.0, 1.0));
-    let denom = makespan * rank_count as f64 * peak_flops;
-    let mfu =
-        (denom > 0.0 && denom.is_finite() && model_flops.is_finite()).then(|| model_flops / denom);
+    let denom = makespan * tl.ranks as f64 * tl.peak_flops;
+    let mfu = (denom > 0.0 && denom.is_finite() && tl.model_flops.is_finite())
+        .then(|| tl.model_flops / denom);
+    let staged = tl.streams.iter().any(|s| is_pipeline_stream(&s.name));
     let bubble = (staged && makespan > 0.0 && !ranks.is_empty()).then(|| {
         let idle: f64 = ranks.iter().map(|r| (makespan - r.busy).max(0.0)).sum();
         idle / (makespan * ranks.len() as f64)
@@ -298,6 +218,43 @@ fn summarise(
         bubble,
         ranks,
     }
+}
+
+/// The makespan and the critical rank's exposed communication of a run (what a
+/// jittered sample reports), without building its timeline: the figures [`metrics`]
+/// gives of the timeline [`Timeline::predicted`] builds from `plan` and `times` when the
+/// run recorded no link spans, bit for bit. Only the critical rank's (the first rank to
+/// end last) intervals are built.
+///
+/// [`Timeline::predicted`]: super::Timeline::predicted
+pub fn makespan_and_exposed_of_run(plan: &Plan, times: &[OpTimes]) -> (f64, f64) {
+    let n = plan.symmetry.unwrap_or(plan.ranks) as usize;
+    let makespan = times.iter().map(|t| t.end).fold(0.0, f64::max);
+    let rank_of = |o: &crate::plan::Op| plan.streams[o.stream as usize].rank as usize;
+    let mut end = vec![0.0f64; n];
+    for (o, t) in plan.ops.iter().zip(times) {
+        let r = rank_of(o);
+        end[r] = end[r].max(t.end);
+    }
+    if n == 0 {
+        return (makespan, 0.0);
+    }
+    let mut crit = 0usize;
+    for r in 0..n {
+        if end[r] > end[crit] {
+            crit = r;
+        }
+    }
+    let spans = plan
+        .ops
+        .iter()
+        .zip(times)
+        .filter(|(o, _)| rank_of(o) == crit)
+        .map(|(o, t)| (o.stream, o.kind.class(), t.start, t.end));
+    (
+        makespan,
+        rank_metrics_of(n, &plan.streams, spans)[crit].exposed_comm,
+    )
 }
 
 #[cfg(test)]

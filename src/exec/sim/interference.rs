@@ -15,10 +15,10 @@
 //! - an elementwise op on a communication stream (a reduction: the adds of Flash-RS,
 //!   direct and permute-loop chains) runs `reduction_slowdown_beside_gemm` slower beside a
 //!   GEMM, and a GEMM runs `gemm_slowdown_beside_reduction` slower while one runs. A
-//!   reduction never waits for a GEMM's SMs: its blocks fit beside the GEMM's on the same
-//!   SMs. Measured on an H100 (`results/h100-2026-12-07`, the gemm-rs sites at tp 8 under
-//!   `direct`), the adds start 2 µs into the first partial GEMM and run beside every
-//!   GEMM after it, 2.4–3× slower than alone.
+//!   reduction never waits for a GEMM's SMs. Measured on an H100
+//!   (`results/h100-2026-12-07`, llama-2-7b's gemm-rs sites at tp 8 under `direct` and
+//!   `flash`), the adds start 2 µs into the first partial GEMM and run beside every GEMM
+//!   after it, 2.0–3.2× as long as the last add, which runs alone.
 //!
 //! With `memory_ops_wait_for_gemm_sms` (SM admission), copies on communication streams
 //! are *side ops*, and a side copy that starts while a GEMM still fills every SM (before
@@ -160,8 +160,8 @@ impl InterferenceState {
                 _ => false,
             };
         let copy = matches!(kind, OpKind::Copy { .. });
-        // A reduction holds SMs from its start (its blocks fit beside a GEMM's on the same
-        // SMs); with SM admission a side copy waits for the next refresh to decide.
+        // A reduction holds SMs from its start (measured: it runs beside a GEMM from the
+        // GEMM's start); with SM admission a side copy waits for the next refresh to decide.
         let admitted = side && !copy;
         if admitted {
             self.side_ops[r] += 1;

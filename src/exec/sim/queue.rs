@@ -193,6 +193,21 @@ mod tests {
         assert_eq!(q.len(), 0);
     }
 
+    /// A key at the current time below the current run's last goes into the run in key
+    /// order (the engine only appends, but the queue does not rely on it).
+    #[test]
+    fn a_smaller_key_at_the_current_time_is_inserted_in_order() {
+        let mut q = RadixQueue::new();
+        for k in [1u128, 4, 6] {
+            assert!(q.push(k, k));
+        }
+        assert_eq!(q.pop(), Some((1, 1)));
+        assert!(q.push(5, 5));
+        assert!(q.push(2, 2));
+        let rest: Vec<_> = std::iter::from_fn(|| q.pop()).map(|e| e.0).collect();
+        assert_eq!(rest, vec![2, 4, 5, 6]);
+    }
+
     proptest! {
         /// Interleaved pushes (never below the last pop) and pops give exactly the order
         /// of a binary heap, with times far apart and (half the pushes) equal to the

@@ -540,12 +540,12 @@ fn block_layer_or_step(w: Workload) -> Scenario {
     sc
 }
 
-/// The metrics of a run's plan and times are those of its timeline, bit for bit, when
-/// the run records no link spans, and so are the makespan and exposed communication
-/// jittered samples take from the critical rank alone: blocks, layers and a pipelined
-/// step (its bubble), with and without jitter and interference.
+/// The makespan and exposed communication jittered samples take from a run's plan and
+/// times (the critical rank alone) are its timeline's, bit for bit, when the run records
+/// no link spans: blocks, layers and a pipelined step, with and without jitter and
+/// interference.
 #[test]
-fn metrics_without_a_timeline_are_the_timelines() {
+fn sample_figures_without_a_timeline_are_the_timelines() {
     use crate::timeline::{Timeline, metrics};
     for w in [Workload::Mlp, Workload::Layer, Workload::Step] {
         let mut sc = block_layer_or_step(w);
@@ -565,12 +565,11 @@ fn metrics_without_a_timeline_are_the_timelines() {
                 let res = simulate(&plan, &sc.hardware, &opts).unwrap();
                 let tl = Timeline::predicted("t", "s", &plan, &sc.hardware.topology, &res, 1e15);
                 let want = metrics::metrics(&tl);
-                let got = metrics::metrics_of_run(&plan, &res.times, 1e15);
-                assert_eq!(got, want, "{w:?} {s} interference {inter} jitter {jitter}");
                 let (makespan, exposed) = metrics::makespan_and_exposed_of_run(&plan, &res.times);
-                assert_eq!(makespan.to_bits(), want.makespan.to_bits());
-                assert_eq!(exposed.to_bits(), want.exposed_comm.to_bits());
-                assert_eq!(got.bubble.is_some(), w == Workload::Step);
+                let case = format!("{w:?} {s} interference {inter} jitter {jitter}");
+                assert_eq!(makespan.to_bits(), want.makespan.to_bits(), "{case}");
+                assert_eq!(exposed.to_bits(), want.exposed_comm.to_bits(), "{case}");
+                assert_eq!(want.bubble.is_some(), w == Workload::Step);
             }
         }
     }

@@ -451,6 +451,24 @@ impl Straggler {
         };
         Ok(Straggler { target, factor })
     }
+
+    /// Several stragglers (`--straggler` given repeatedly), each target once: the same
+    /// rank or link twice would multiply its factors silently.
+    pub fn parse_all(texts: &[String]) -> Result<Vec<Straggler>, String> {
+        let all = texts
+            .iter()
+            .map(|s| Straggler::parse(s))
+            .collect::<Result<Vec<_>, _>>()?;
+        for (i, s) in all.iter().enumerate() {
+            if let Some(j) = all[..i].iter().position(|t| t.target == s.target) {
+                return Err(format!(
+                    "the same target twice (`{}` and `{}`); give each rank or link once, with its whole factor",
+                    texts[j], texts[i]
+                ));
+            }
+        }
+        Ok(all)
+    }
 }
 
 impl std::fmt::Display for Straggler {

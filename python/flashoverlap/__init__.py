@@ -273,13 +273,15 @@ def collective(
     chunks: Optional[int] = None,
     dtype: str = "fp32",
     symmetry: bool = True,
+    stragglers: Sequence[str] = (),
 ) -> Collective:
     """Simulate one collective over a range of sizes, as ``flashoverlap collective`` does
     (same arguments as its flags; ``sizes`` as nccl-tests takes them, ``MIN:MAX`` or a
-    comma-separated list)."""
+    comma-separated list; ``stragglers`` as ``--straggler``, e.g. ``["link:gpu5->gpu6=3"]``)."""
     doc = json.loads(
         _core.collective(
-            hardware, op, sizes, factor, algorithm, protocol, channels, ranks, nodes, gpus, chunks, dtype, symmetry
+            hardware, op, sizes, factor, algorithm, protocol, channels, ranks, nodes, gpus, chunks, dtype, symmetry,
+            list(stragglers),
         )
     )
     return Collective(doc["output"], doc["table"])

@@ -193,7 +193,8 @@ fn simulate(
     gpus = None,
     chunks = None,
     dtype = "fp32",
-    symmetry = true
+    symmetry = true,
+    stragglers = Vec::new()
 ))]
 #[allow(clippy::too_many_arguments)]
 fn collective(
@@ -211,6 +212,7 @@ fn collective(
     chunks: Option<u32>,
     dtype: &str,
     symmetry: bool,
+    stragglers: Vec<String>,
 ) -> PyResult<String> {
     use flashoverlap::app::collective::{self as app, Error, Request, Text};
     let shown = |e: Error| match e {
@@ -236,6 +238,8 @@ fn collective(
         gpus,
         chunks,
         symmetry,
+        stragglers: flashoverlap::scenario::Straggler::parse_all(&stragglers)
+            .map_err(|e| PyValueError::new_err(format!("argument (stragglers): {e}")))?,
         ..Request::parse(hardware, &text).map_err(shown)?
     };
     let out = py.detach(|| app::run(&req)).map_err(shown)?;

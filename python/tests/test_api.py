@@ -158,6 +158,13 @@ def test_collective_is_the_commands():
         fo.collective(channels=0, sizes="1MiB")
     with pytest.raises(ValueError, match=r"argument \(op\): `x` is not one of"):
         fo.collective(op="x")
+    # A slow link: every rank simulated, from generated ops, and the ring slower.
+    ring = dict(hardware="ring-50gib", gpus=64, sizes="64MiB", chunks=4)
+    fast, slow = fo.collective(**ring), fo.collective(**ring, stragglers=["link:gpu5->gpu6=3"])
+    assert (fast.rows[0]["plan"], slow.rows[0]["plan"]) == ("symmetric", "generated")
+    assert slow.rows[0]["time_us"] > fast.rows[0]["time_us"]
+    with pytest.raises(ValueError, match=r"argument \(stragglers\): straggler `x`"):
+        fo.collective(stragglers=["x"], sizes="1MiB")
     exe = os.environ.get("FLASHOVERLAP_BIN")
     if exe:
         out = subprocess.run(

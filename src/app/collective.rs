@@ -8,7 +8,7 @@ use crate::config::validate::MAX_CHANNELS;
 use crate::config::{self, ConfigError};
 use crate::cost::nccl::{self, Fabric, NcclAlgo, NcclColl, Protocol, Tuned};
 use crate::exec::sim::{self, SimOptions};
-use crate::scenario::DType;
+use crate::scenario::{DType, Straggler};
 use crate::strategy::collective::{
     self, Algorithm, CollectiveError, CollectiveOp, CollectiveSpec, NcclChannels,
 };
@@ -41,6 +41,8 @@ pub struct Request {
     pub max_events: u64,
     /// Simulate the representative ranks only where the topology's rotation allows.
     pub symmetry: bool,
+    /// Slower ranks or links (every rank is then simulated).
+    pub stragglers: Vec<Straggler>,
 }
 
 impl Request {
@@ -61,6 +63,7 @@ impl Request {
             dtype: DType::Fp32,
             max_events: SimOptions::default().max_events,
             symmetry: true,
+            stragglers: Vec::new(),
         }
     }
 }
@@ -188,9 +191,11 @@ pub fn run(r: &Request) -> Result<Output, Error> {
     let opts = SimOptions {
         record_links: false,
         max_events: r.max_events,
+        stragglers: r.stragglers.clone(),
         ..SimOptions::default()
     };
-    let orbits = match r.symmetry {
+    // A straggler makes ranks differ: every rank is simulated.
+    let orbits = match r.symmetry && r.stragglers.is_empty() {
         true if ranks as usize == hw.topology.gpu_count() => hw
             .topology
             .link_orbits()
@@ -284,9 +289,8 @@ pub fn run(r: &Request) -> Result<Output, Error> {
                     && (node_size >= ranks || o.shift % node_size.max(1) == 0)
             })
             .map(|o| o.shift);
-        let plan = collective::build_with(&spec, shift).map_err(Error::Build)?;
-        let res = sim::simulate(&plan, &hw, &opts).map_err(|e| Error::Run(e.to_string()))?;
-        let t = res.times.iter().map(|t| t.end).fold(0.0, f64::max);
+        let ran = run_spec(&spec, shift, node_size, &hw, &opts)?;
+        let t = ran.makespan;
         let algbw = if t > 0.0 { bytes as f64 / t / 1e9 } else { 0.0 };
         rows.push(Row {
             size_bytes: bytes,
@@ -303,8 +307,9 @@ pub fn run(r: &Request) -> Result<Output, Error> {
             protocol: nccl_run.map_or("-", |t| t.protocol.name()),
             channels: if nccl_run.is_some() { ch.count } else { chunks },
             nccl_model_us: nccl_run.map(|t| round6(t.time_us)),
-            events: res.events,
+            events: ran.events,
             simulated_ranks: shift.unwrap_or(ranks),
+            plan: ran.plan,
         });
     }
     let avg_busbw = if rows.is_empty() {
@@ -355,6 +360,70 @@ pub struct Row {
     /// Ranks whose programs were simulated: all of them, or the representatives of a
     /// symmetric plan.
     pub simulated_ranks: u32,
+    /// How the plan ran: `symmetric` (the representative ranks over the topology's link
+    /// orbits), `generated` (every rank, its ops made from a symmetric plan's as they
+    /// run: memory follows what is in flight) or `stored` (every op built first).
+    pub plan: &'static str,
+}
+
+/// One size's run: its makespan (seconds), events and how its plan ran.
+struct Ran {
+    makespan: f64,
+    events: u64,
+    plan: &'static str,
+}
+
+/// The shift a symmetric plan of `spec` may be unrolled from (every rank simulated, its
+/// ops generated): the node's GPUs (NCCL's rail-aligned rings repeat node by node), one
+/// where a node holds every rank; `None` where the collective differs between ranks (the
+/// tree, unequal parts) or the nodes do not divide the ranks.
+fn unroll_shift(spec: &CollectiveSpec, node_size: u32) -> Option<u32> {
+    let s = if node_size >= spec.ranks {
+        1
+    } else {
+        node_size.max(1)
+    };
+    (collective::is_rotation_invariant(spec) && spec.ranks % s == 0).then_some(s)
+}
+
+/// Run `spec`: as a symmetric plan of `shift` ranks where given, else every rank, from
+/// ops generated as they run where [`unroll_shift`] allows, else from a stored plan.
+fn run_spec(
+    spec: &CollectiveSpec,
+    shift: Option<u32>,
+    node_size: u32,
+    hw: &crate::scenario::Hardware,
+    opts: &SimOptions,
+) -> Result<Ran, Error> {
+    let sim_error = |e: sim::SimError| match e {
+        e @ (sim::SimError::StragglerRank { .. } | sim::SimError::StragglerLink { .. }) => {
+            Error::input(&["straggler"], e.to_string())
+        }
+        e => Error::Run(e.to_string()),
+    };
+    if shift.is_none()
+        && let Some(s) = unroll_shift(spec, node_size)
+    {
+        let template = collective::build_with(spec, Some(s)).map_err(Error::Build)?;
+        let u = sim::Unrolled::new(&template).map_err(|e| Error::Run(e.to_string()))?;
+        let res = sim::simulate_unrolled(&u, hw, opts).map_err(sim_error)?;
+        return Ok(Ran {
+            makespan: res.makespan(),
+            events: res.events,
+            plan: "generated",
+        });
+    }
+    let plan = collective::build_with(spec, shift).map_err(Error::Build)?;
+    let res = sim::simulate(&plan, hw, opts).map_err(sim_error)?;
+    Ok(Ran {
+        makespan: res.times.iter().map(|t| t.end).fold(0.0, f64::max),
+        events: res.events,
+        plan: if shift.is_some() {
+            "symmetric"
+        } else {
+            "stored"
+        },
+    })
 }
 
 #[derive(Debug, Clone, Serialize)]

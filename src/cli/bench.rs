@@ -22,14 +22,23 @@ pub struct Args {
 
 struct Case {
     name: &'static str,
-    scenario: crate::scenario::Scenario,
+    what: What,
+}
+
+enum What {
+    /// A scenario's strategies: build, simulate, timeline and metrics.
+    Scenario(Box<crate::scenario::Scenario>),
+    /// A ring all-reduce of 1 GiB in 4 chunks over `ranks` ranks of the `ring-50gib`
+    /// preset, every rank simulated from ops generated as they run (`collective
+    /// --symmetry off`): the template's build and the run, no timeline.
+    GeneratedRing { ranks: u32 },
 }
 
 fn cases(quick: bool) -> Result<Vec<Case>, CliError> {
     let default = config::load_scenario("default").map_err(CliError::input)?;
     let mut out = vec![Case {
         name: "default scenario (mlp, tp=4, 3 strategies)",
-        scenario: default.clone(),
+        what: What::Scenario(Box::new(default.clone())),
     }];
     if !quick {
         let mut big = default;
@@ -40,7 +49,7 @@ fn cases(quick: bool) -> Result<Vec<Case>, CliError> {
         big.strategies = vec![Strategy::Flash];
         out.push(Case {
             name: "Flash-RS, 1024 ranks, NVLink-class ring",
-            scenario: big.clone(),
+            what: What::Scenario(Box::new(big.clone())),
         });
         // A 70B-class training step on 1024 GPUs: 128 DGX H100 nodes on a rail-only
         // fabric, tp 8 (a node) × dp 128, one 8k sequence per replica, 80 layers forward
@@ -58,7 +67,11 @@ fn cases(quick: bool) -> Result<Vec<Case>, CliError> {
         step.strategies = vec![Strategy::Bulk, Strategy::Flash];
         out.push(Case {
             name: "70B step, 1024 GPUs (tp 8 x dp 128): bulk, flash",
-            scenario: step,
+            what: What::Scenario(Box::new(step)),
+        });
+        out.push(Case {
+            name: "ring all-reduce 1 GiB, 1024 ranks, generated",
+            what: What::GeneratedRing { ranks: 1024 },
         });
     }
     Ok(out)
@@ -96,29 +109,10 @@ pub fn run(a: Args) -> Result<(), CliError> {
         let mut ops = 0;
         for _ in 0..a.repeat.max(1) {
             let t = Instant::now();
-            let mut ev = 0;
-            let mut n = 0;
-            let mut phase = [0.0f64; 3];
-            for &s in &case.scenario.strategies {
-                let sc = &case.scenario;
-                let t0 = Instant::now();
-                let plan = strategy::build_with(sc, sc.workload, s, true)
-                    .map_err(|e| CliError::run(e.to_string()))?;
-                let t1 = Instant::now();
-                let o = opts.clone().for_scenario(sc);
-                let res = sim::simulate(&plan, &sc.hardware, &o).map_err(CliError::run)?;
-                let t2 = Instant::now();
-                let peak = sc.hardware.gpu.peak(sc.dtype).unwrap_or(0.0);
-                let tl =
-                    Timeline::predicted(&sc.name, "", &plan, &sc.hardware.topology, &res, peak);
-                std::hint::black_box(metrics(&tl));
-                let t3 = Instant::now();
-                phase[0] += (t1 - t0).as_secs_f64();
-                phase[1] += (t2 - t1).as_secs_f64();
-                phase[2] += (t3 - t2).as_secs_f64();
-                ev += res.events;
-                n += plan.op_count();
-            }
+            let (ev, n, phase) = match &case.what {
+                What::Scenario(sc) => run_scenario(sc, &opts)?,
+                What::GeneratedRing { ranks } => run_generated_ring(*ranks, &opts)?,
+            };
             walls.push(t.elapsed().as_secs_f64());
             phases.push(phase);
             events = ev;
@@ -158,4 +152,60 @@ pub fn run(a: Args) -> Result<(), CliError> {
         "(wall time covers plan build, simulation, timeline and metrics; one thread; peak memory: the process's resident peak over the case's repetitions)\n",
     )?;
     Ok(())
+}
+
+/// One repetition of a scenario case: (events, ops, [build, simulate, timeline] s).
+fn run_scenario(
+    sc: &crate::scenario::Scenario,
+    opts: &SimOptions,
+) -> Result<(u64, usize, [f64; 3]), CliError> {
+    let mut ev = 0;
+    let mut n = 0;
+    let mut phase = [0.0f64; 3];
+    for &s in &sc.strategies {
+        let t0 = Instant::now();
+        let plan = strategy::build_with(sc, sc.workload, s, true)
+            .map_err(|e| CliError::run(e.to_string()))?;
+        let t1 = Instant::now();
+        let o = opts.clone().for_scenario(sc);
+        let res = sim::simulate(&plan, &sc.hardware, &o).map_err(CliError::run)?;
+        let t2 = Instant::now();
+        let peak = sc.hardware.gpu.peak(sc.dtype).unwrap_or(0.0);
+        let tl = Timeline::predicted(&sc.name, "", &plan, &sc.hardware.topology, &res, peak);
+        std::hint::black_box(metrics(&tl));
+        let t3 = Instant::now();
+        phase[0] += (t1 - t0).as_secs_f64();
+        phase[1] += (t2 - t1).as_secs_f64();
+        phase[2] += (t3 - t2).as_secs_f64();
+        ev += res.events;
+        n += plan.op_count();
+    }
+    Ok((ev, n, phase))
+}
+
+/// One repetition of the generated ring: (events, world ops, [build, simulate, 0] s).
+fn run_generated_ring(ranks: u32, opts: &SimOptions) -> Result<(u64, usize, [f64; 3]), CliError> {
+    use crate::strategy::collective::{Algorithm, CollectiveOp, CollectiveSpec, build_with};
+    let hw = config::load_hardware_sized("ring-50gib", None, None, Some(ranks as u64))
+        .map_err(CliError::input)?;
+    let spec = CollectiveSpec {
+        op: CollectiveOp::AllReduce,
+        algorithm: Algorithm::Ring,
+        ranks,
+        bytes: 1 << 30,
+        chunks: 4,
+        nccl: None,
+    };
+    let t0 = Instant::now();
+    let template = build_with(&spec, Some(1)).map_err(|e| CliError::run(e.to_string()))?;
+    let u = sim::Unrolled::new(&template).map_err(|e| CliError::run(e.to_string()))?;
+    let t1 = Instant::now();
+    let res = sim::simulate_unrolled(&u, &hw, opts).map_err(CliError::run)?;
+    let t2 = Instant::now();
+    std::hint::black_box(res.makespan());
+    Ok((
+        res.events,
+        template.op_count() * (ranks as usize),
+        [(t1 - t0).as_secs_f64(), (t2 - t1).as_secs_f64(), 0.0],
+    ))
 }

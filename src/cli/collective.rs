@@ -76,9 +76,14 @@ pub struct Args {
     /// NVSwitch node, full mesh, whole leaf groups of a rail fabric) and every rank does
     /// the same up to that rotation (not the tree; equal message sizes), simulate the
     /// representative ranks only — exact, and what makes 16k-rank rings fast. `off`:
-    /// always the full plan.
+    /// every rank simulated, its ops generated as they run where every rank does the
+    /// same, else built first (the tree, unequal parts).
     #[arg(long, value_enum, default_value_t = Symmetry::Auto)]
     pub symmetry: Symmetry,
+    /// A slower rank or link, `rank:R=FACTOR` or `link:A->B=FACTOR` (repeatable): every
+    /// rank is then simulated, as with --symmetry off.
+    #[arg(long = "straggler")]
+    pub stragglers: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -112,6 +117,8 @@ pub fn run(a: Args) -> Result<(), CliError> {
         chunks: a.chunks,
         max_events: a.max_events,
         symmetry: a.symmetry == Symmetry::Auto,
+        stragglers: crate::scenario::Straggler::parse_all(&a.stragglers)
+            .map_err(|e| CliError::input(format!("--straggler: {e}")))?,
         ..Request::parse(&a.hardware, &text).map_err(shown)?
     };
     let out = app::run(&req).map_err(shown)?;

@@ -411,22 +411,8 @@ fn write_out<'a>(
 
 /// The `--straggler` flags, each target once.
 fn stragglers(a: &Args) -> Result<Vec<crate::scenario::Straggler>, CliError> {
-    let stragglers = a
-        .stragglers
-        .iter()
-        .map(|s| crate::scenario::Straggler::parse(s))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| CliError::input(format!("--straggler: {e}")))?;
-    // The same rank or link twice would multiply its factors silently.
-    for (i, s) in stragglers.iter().enumerate() {
-        if let Some(j) = stragglers[..i].iter().position(|t| t.target == s.target) {
-            return Err(CliError::input(format!(
-                "--straggler: the same target twice (`{}` and `{}`); give each rank or link once, with its whole factor",
-                a.stragglers[j], a.stragglers[i]
-            )));
-        }
-    }
-    Ok(stragglers)
+    crate::scenario::Straggler::parse_all(&a.stragglers)
+        .map_err(|e| CliError::input(format!("--straggler: {e}")))
 }
 
 /// `--trace-window` and `--trace-ranks` (which need `--trace`).

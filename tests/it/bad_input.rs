@@ -1125,6 +1125,23 @@ fn cases(d: &Path) -> Vec<Case> {
             says: vec![s("--samples 1000000000"), s("events"), s("--max-events")],
         },
         Case {
+            name: "collective: a straggler on a rank the run lacks",
+            args: coll(&[
+                "--hardware",
+                "ring-50gib",
+                "--gpus",
+                "64",
+                "--sizes",
+                "1MiB",
+                "--straggler",
+                "rank:64=2",
+            ]),
+            code: 2,
+            says: vec![s("--straggler"), s("rank 64"), s("64 ranks")],
+        },
+        Case {
+            // Parts the ranks do not divide: every op is built (an equal split runs
+            // from generated ops in megabytes).
             name: "collective: a plan over the memory limit",
             args: coll(&[
                 "--hardware",
@@ -1134,7 +1151,7 @@ fn cases(d: &Path) -> Vec<Case> {
                 "--op",
                 "all-reduce",
                 "--sizes",
-                "1GiB",
+                "1073741820",
                 "--chunks",
                 "4",
                 "--symmetry",

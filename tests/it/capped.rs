@@ -104,8 +104,9 @@ fn the_caps_catch_what_they_are_for() {
                 "4096".into(),
                 "--op".into(),
                 "all-reduce".into(),
+                // Unequal parts: a stored plan (an equal split is generated).
                 "--sizes".into(),
-                "1GiB".into(),
+                "1073741820".into(),
                 "--chunks".into(),
                 "4".into(),
                 "--symmetry".into(),

@@ -388,7 +388,44 @@ fn collective_symmetric_plans_equal_full_ones_and_say_so() {
         assert!((ta - to).abs() <= 1e-9 * to, "{ta} vs {to}");
         assert_eq!(a["simulated_ranks"], 1);
         assert_eq!(o["simulated_ranks"], 64);
+        assert_eq!(
+            (&a["plan"], &o["plan"]),
+            (&"symmetric".into(), &"generated".into())
+        );
         assert!(a["events"].as_u64().unwrap() * 32 < o["events"].as_u64().unwrap());
+    }
+    // A straggler breaks the symmetry: every rank is simulated (ops generated), and
+    // the slow link slows the ring (a rank straggler slows compute, and the ring's
+    // receives reduce as they arrive).
+    let slow = run(&["--straggler", "link:gpu5->gpu6=3"]);
+    for (a, s) in auto["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(slow["rows"].as_array().unwrap())
+    {
+        assert_eq!(
+            (&s["plan"], &s["simulated_ranks"]),
+            (&"generated".into(), &64.into())
+        );
+        assert!(s["time_us"].as_f64().unwrap() > a["time_us"].as_f64().unwrap());
+    }
+    // A rank or link the topology does not have is the user's error (exit 2).
+    for (bad, says) in [
+        ("rank:64=2", "rank 64 is not one of the plan's 64 ranks"),
+        ("link:gpu0->gpu9=2", "no link `gpu0->gpu9`"),
+    ] {
+        let out = bin()
+            .args(["collective", "--hardware", "ring-50gib", "--gpus", "64"])
+            .args(["--sizes", "1MiB", "--straggler", bad])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {err}");
+        assert!(
+            err.contains("--straggler") && err.contains(says),
+            "{bad}: {err}"
+        );
     }
     // A size the ranks do not divide evenly is simulated in full, and the table says
     // which sizes were symmetric.
@@ -405,6 +442,21 @@ fn collective_symmetric_plans_equal_full_ones_and_say_so() {
         t.contains("# 1 of 2 sizes simulated as symmetric plans: rank 0 stands for all 64"),
         "{t}"
     );
+    let j = stdout(&[
+        "collective",
+        "--hardware",
+        "ring-50gib",
+        "--gpus",
+        "64",
+        "--sizes",
+        "1000001",
+        "--symmetry",
+        "off",
+        "--format",
+        "json",
+    ]);
+    let j: serde_json::Value = serde_json::from_str(&j).unwrap();
+    assert_eq!(j["rows"][0]["plan"], "stored", "unequal parts: built whole");
 }
 
 #[test]

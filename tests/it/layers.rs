@@ -349,6 +349,33 @@ fn a_symmetric_data_parallel_step_equals_the_full_one() {
         // Through `simulate`'s path (symmetric where possible), the same metrics.
         let r = run_strategy(&sc, s, &opts()).unwrap();
         assert!((r.metrics.makespan - x).abs() <= 1e-9 * x, "{s}");
+        // Unrolled (every rank simulated, its ops generated from the symmetric plan's),
+        // with interference on and a slow rank and NIC that break the symmetry: each
+        // rank ends when it does in the stored full plan's run.
+        let u = sim::Unrolled::new(&sym).unwrap();
+        let slow = sim::SimOptions {
+            stragglers: vec![
+                flashoverlap::scenario::Straggler::parse("rank:5=1.3").unwrap(),
+                flashoverlap::scenario::Straggler::parse("link:n3.nic0->rail0.leaf1=2").unwrap(),
+            ],
+            ..o.clone()
+        };
+        assert!(slow.interference.is_some(), "interference is modelled");
+        for opts in [&o, &slow] {
+            let a = sim::simulate(&full, &sc.hardware, opts).unwrap();
+            let g = sim::simulate_unrolled(&u, &sc.hardware, opts).unwrap();
+            let mut ends = vec![0.0f64; full.ranks as usize];
+            for (op, t) in full.ops.iter().zip(&a.times) {
+                ends[op.rank as usize] = ends[op.rank as usize].max(t.end);
+            }
+            for (r, (x, y)) in ends.iter().zip(&g.rank_end).enumerate() {
+                assert!(
+                    (x - y).abs() <= 1e-9 * x,
+                    "{s} {:?}: rank {r} ends at {x} (stored) vs {y} (generated)",
+                    opts.stragglers
+                );
+            }
+        }
     }
 }
 

@@ -40,8 +40,9 @@
 //! touch tens of bytes per op that only the few running at a time use.
 
 use super::Interference;
+use super::program::StreamView;
 use crate::cost::{self, CostError};
-use crate::plan::{EltKind, OpId, OpKind, Plan, StreamId, StreamKind};
+use crate::plan::{EltKind, OpId, OpKind, StreamKind};
 use crate::scenario::{DType, GpuSpec, Transport};
 use std::collections::BTreeMap;
 
@@ -98,12 +99,11 @@ pub(super) struct InterferenceState {
 pub(super) type Reschedule = (OpId, f64, u32, bool);
 
 impl InterferenceState {
-    pub fn new(model: Interference, plan: &Plan) -> InterferenceState {
-        let ranks = plan.ranks as usize;
+    pub fn new(model: Interference, ranks: usize, blocks: usize) -> InterferenceState {
         InterferenceState {
             model,
             posted: vec![0; ranks],
-            block_posted: vec![0; plan.blocks.len()],
+            block_posted: vec![0; blocks],
             blocks_busy: vec![0; ranks],
             moving: vec![0; ranks],
             gemms: vec![0; ranks],
@@ -129,11 +129,10 @@ impl InterferenceState {
             .any(|e| e.op == op && e.version == version)
     }
 
-    /// Compute op `op` of `stream` started at `now`; `d`: its cost-model duration.
-    pub fn compute_started(&mut self, plan: &Plan, stream: StreamId, op: OpId, now: f64, d: f64) {
-        let info = &plan.streams[stream as usize];
+    /// Compute op `op` (of `kind`) of stream `info` started at `now`; `d`: its
+    /// cost-model duration.
+    pub fn compute_started(&mut self, info: StreamView, op: OpId, kind: OpKind, now: f64, d: f64) {
         let r = info.rank as usize;
-        let kind = plan.ops[op as usize].kind;
         let gemm = match kind {
             OpKind::Gemm { m, n, k, dtype } => Some((1, m, n, k, dtype)),
             OpKind::GroupedGemm {
@@ -200,10 +199,10 @@ impl InterferenceState {
         }
     }
 
-    /// A send or recv of `stream` posted (`+1`) or done (`-1`). Returns whether the SMs
-    /// communication holds on its rank changed, the only change its ops' factors see.
-    pub fn posted(&mut self, plan: &Plan, stream: StreamId, delta: i32) -> bool {
-        let info = &plan.streams[stream as usize];
+    /// A send or recv of stream `info` posted (`+1`) or done (`-1`); `block_sms`: the
+    /// SMs of a thread block. Returns whether the SMs communication holds on its rank
+    /// changed, the only change its ops' factors see.
+    pub fn posted(&mut self, info: StreamView, block_sms: impl Fn(u32) -> u32, delta: i32) -> bool {
         let r = info.rank as usize;
         let before = self.held(r);
         match info.block {
@@ -211,7 +210,7 @@ impl InterferenceState {
                 let c = &mut self.block_posted[b as usize];
                 let was = *c > 0;
                 *c = c.saturating_add_signed(delta);
-                let sms = plan.blocks[b as usize];
+                let sms = block_sms(b);
                 match (was, *c > 0) {
                     (false, true) => self.blocks_busy[r] = self.blocks_busy[r].saturating_add(sms),
                     (true, false) => self.blocks_busy[r] = self.blocks_busy[r].saturating_sub(sms),

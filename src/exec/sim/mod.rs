@@ -12,8 +12,10 @@
 //! per hop), then drains its bytes as a flow at its max-min fair share of every link on
 //! its route; compute ops take the cost model's time.
 
+mod book;
 mod interference;
 mod network;
+mod program;
 mod queue;
 pub mod variability;
 
@@ -24,9 +26,12 @@ use crate::scenario::{
     Hardware, InterferenceParams, Scenario, Straggler, StragglerTarget, Transport,
 };
 use crate::topology::{Router, TopologyError};
+use book::{Book, Dense, Streamed};
 use interference::InterferenceState;
 use network::Network;
 use ordered_float::NotNan;
+use program::Program;
+pub use program::{UnrollError, Unrolled};
 use queue::RadixQueue;
 use variability::Draw;
 pub use variability::Jitter;
@@ -195,8 +200,8 @@ struct Transfer {
 /// holds with compaction running throughout.
 const COMPACT_MIN: usize = if cfg!(test) { 64 } else { 1 << 16 };
 
-struct Engine<'p> {
-    plan: &'p Plan,
+struct Engine<'p, P: Program, B: Book<P>> {
+    plan: &'p P,
     hw: &'p Hardware,
     opts: &'p SimOptions,
     now: f64,
@@ -207,11 +212,8 @@ struct Engine<'p> {
     events: u64,
     /// The queue length at which stale completions are dropped next (see `compact`).
     compact_at: usize,
-    /// Per op: `start` is NaN until the op starts; until the op is done, `end` holds its
-    /// cost-model duration ([`COMM`] for sends and recvs). Moves into the result.
-    times: Vec<OpTimes>,
-    /// Per-launch state.
-    launch: Vec<LaunchState>,
+    /// Which ops started, which launches wait on what, when ops ran.
+    book: B,
     done_ops: usize,
     net: Network,
     transfers: Vec<Transfer>,
@@ -226,8 +228,8 @@ struct Engine<'p> {
 }
 
 /// Compute-time factor per rank (1 unless a straggler slows it).
-fn rank_factors(plan: &Plan, stragglers: &[Straggler]) -> Result<Vec<f64>, SimError> {
-    let mut f = vec![1.0; plan.ranks as usize];
+fn rank_factors(ranks: u32, stragglers: &[Straggler]) -> Result<Vec<f64>, SimError> {
+    let mut f = vec![1.0; ranks as usize];
     for s in stragglers {
         if let StragglerTarget::Rank(r) = s.target {
             let slot = f
@@ -235,7 +237,7 @@ fn rank_factors(plan: &Plan, stragglers: &[Straggler]) -> Result<Vec<f64>, SimEr
                 .ok_or_else(|| SimError::StragglerRank {
                     straggler: s.to_string(),
                     rank: r,
-                    ranks: plan.ranks,
+                    ranks,
                 })?;
             *slot *= s.factor;
         }
@@ -246,11 +248,54 @@ fn rank_factors(plan: &Plan, stragglers: &[Straggler]) -> Result<Vec<f64>, SimEr
 /// Run `plan` on `hw`; rank r runs on GPU r of the topology.
 pub fn simulate(plan: &Plan, hw: &Hardware, opts: &SimOptions) -> Result<SimResult, SimError> {
     hw.topology.require_gpus(plan.ranks as usize)?;
-    let mut e = Engine::new(plan, hw, opts)?;
+    let slow = rank_factors(plan.ranks, &opts.stragglers)?;
+    let book = Dense::new(plan, &hw.gpu, &slow, opts.jitter.as_ref())?;
+    let orbits = symmetric_orbits(plan, hw, opts)?;
+    let mut e = Engine::new(plan, book, orbits, hw, opts)?;
     e.run()?;
     Ok(SimResult {
-        times: e.times,
+        times: e.book.times,
         link_spans: e.link_spans,
+        events: e.events,
+    })
+}
+
+/// What a run of an [`Unrolled`] program gives: no op times (they are not kept), each
+/// rank's end.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnrolledResult {
+    /// Per world rank, the end of its last op (seconds; 0 for a rank without ops).
+    pub rank_end: Vec<f64>,
+    pub events: u64,
+}
+
+impl UnrolledResult {
+    /// The latest end of any op.
+    pub fn makespan(&self) -> f64 {
+        self.rank_end.iter().copied().fold(0.0, f64::max)
+    }
+}
+
+/// Run every rank of the world a symmetric plan stands for, each with its own state,
+/// links and clock (jitter and stragglers apply), generating each rank's ops from the
+/// template as they run: memory grows with what is in flight, not with the world's ops.
+/// Rank r runs on GPU r of the topology. Link spans are not recorded.
+pub fn simulate_unrolled(
+    u: &Unrolled<'_>,
+    hw: &Hardware,
+    opts: &SimOptions,
+) -> Result<UnrolledResult, SimError> {
+    hw.topology.require_gpus(u.ranks() as usize)?;
+    let slow = rank_factors(u.ranks(), &opts.stragglers)?;
+    let book = Streamed::new(u, &hw.gpu, slow, opts.jitter.as_ref())?;
+    let opts = SimOptions {
+        record_links: false,
+        ..opts.clone()
+    };
+    let mut e = Engine::new(u, book, None, hw, &opts)?;
+    e.run()?;
+    Ok(UnrolledResult {
+        rank_end: e.book.rank_end,
         events: e.events,
     })
 }
@@ -392,44 +437,14 @@ pub fn stream_compute(plan: &Plan, hw: &Hardware) -> Result<Vec<f64>, SimError> 
     Ok(busy)
 }
 
-impl<'p> Engine<'p> {
-    /// Per-op and per-launch state in one pass over the plan. Consecutive ops often share a
-    /// shape, so the last GEMM's time is reused.
-    fn new(plan: &'p Plan, hw: &'p Hardware, opts: &'p SimOptions) -> Result<Engine<'p>, SimError> {
-        let gpu = &hw.gpu;
-        let slow = rank_factors(plan, &opts.stragglers)?;
-        let jitter = opts.jitter.as_ref();
-        let mut launch = vec![
-            LaunchState {
-                pending: 0,
-                remaining: 0,
-            };
-            plan.launch_count()
-        ];
-        let mut times = Vec::with_capacity(plan.op_count());
-        let mut durations = Durations::new(gpu);
-        for (id, o) in plan.ops.iter().enumerate() {
-            let ls = &mut launch[o.launch as usize];
-            ls.remaining += 1;
-            ls.pending += plan.deps(id as OpId).len() as u32;
-            let duration = durations.of(&o.kind)?;
-            let duration = if duration == COMM {
-                COMM
-            } else {
-                let j = jitter.map_or(1.0, |j| j.factor(id as OpId, Draw::Compute));
-                duration * slow[o.rank as usize] * j
-            };
-            times.push(OpTimes {
-                start: f64::NAN,
-                end: duration,
-            });
-        }
-        for l in 0..plan.launch_count() as LaunchId {
-            if let Some(n) = plan.next_launch(l) {
-                launch[n as usize].pending += 1;
-            }
-        }
-        let orbits = symmetric_orbits(plan, hw, opts)?;
+impl<'p, P: Program, B: Book<P>> Engine<'p, P, B> {
+    fn new(
+        plan: &'p P,
+        book: B,
+        orbits: Option<crate::topology::LinkOrbits>,
+        hw: &'p Hardware,
+        opts: &'p SimOptions,
+    ) -> Result<Engine<'p, P, B>, SimError> {
         let mut net = network_with_stragglers(&hw.topology, &opts.stragglers)?;
         if let Some(o) = &orbits {
             net.scale_capacities(&o.scale);
@@ -443,8 +458,7 @@ impl<'p> Engine<'p> {
             queue: RadixQueue::new(),
             events: 0,
             compact_at: COMPACT_MIN,
-            times,
-            launch,
+            book,
             done_ops: 0,
             net,
             transfers: Vec::new(),
@@ -455,9 +469,9 @@ impl<'p> Engine<'p> {
             interference: opts
                 .interference
                 .clone()
-                .map(|m| InterferenceState::new(m, plan)),
+                .map(|m| InterferenceState::new(m, plan.ranks() as usize, plan.block_count())),
             resched: Vec::new(),
-            jitter,
+            jitter: opts.jitter.as_ref(),
         })
     }
 
@@ -527,10 +541,8 @@ impl<'p> Engine<'p> {
     }
 
     fn run(&mut self) -> Result<(), SimError> {
-        for l in 0..self.plan.launch_count() as LaunchId {
-            if self.launch[l as usize].pending == 0 {
-                self.start_launch(l)?;
-            }
+        for l in self.book.ready_at_start(self.plan) {
+            self.start_launch(l)?;
         }
         while let Some((key, ev)) = self.queue.pop() {
             self.events += 1;
@@ -583,38 +595,31 @@ impl<'p> Engine<'p> {
     }
 
     fn first_stuck(&self) -> (String, u32) {
-        for s in 0..self.plan.streams.len() as u32 {
-            for &l in self.plan.stream_launches(s) {
-                let first = self.plan.launch_ops(l)[0];
-                if self.times[first as usize].start.is_nan() {
-                    return (self.plan.label(first), self.plan.ops[first as usize].rank);
-                }
-            }
+        match self.book.first_unstarted(self.plan) {
+            Some(op) => (self.plan.label(op), self.plan.rank(op)),
+            None => (String::from("?"), 0),
         }
-        (String::from("?"), 0)
     }
 
     fn start_launch(&mut self, l: LaunchId) -> Result<(), SimError> {
         let plan = self.plan;
         let stream = plan.launch_stream(l);
         let mut changed = false;
-        for &op in plan.launch_ops(l) {
-            let t = &mut self.times[op as usize];
-            t.start = self.now;
-            let d = t.end;
+        for op in plan.launch_ops(l) {
+            let d = self.book.start(plan, op, self.now);
             if d == COMM {
                 if let Some(st) = self.interference.as_mut()
                     && st.holds_sms()
                 {
-                    changed |= st.posted(plan, stream, 1);
+                    changed |= st.posted(plan.stream(stream), |b| plan.block_sms(b), 1);
                 }
-                // A send or recv is posted once it has a start time.
+                // A send or recv is posted once it has started.
                 let p = plan.partner(op);
-                if p != NO_PARTNER && !self.times[p as usize].start.is_nan() {
+                if p != NO_PARTNER && self.book.started(plan, p) {
                     self.begin_transfer(op, p)?;
                 }
             } else if let Some(st) = self.interference.as_mut() {
-                st.compute_started(plan, stream, op, self.now, d);
+                st.compute_started(plan.stream(stream), op, plan.kind(op), self.now, d);
                 changed = true;
             } else {
                 self.schedule(self.now + d, Ev::OpDone(op), op)?;
@@ -622,7 +627,7 @@ impl<'p> Engine<'p> {
         }
         if changed {
             // A launch's ops are all on its stream's rank.
-            self.refresh(plan.streams[stream as usize].rank)?;
+            self.refresh(plan.stream(stream).rank)?;
         }
         Ok(())
     }
@@ -633,10 +638,7 @@ impl<'p> Engine<'p> {
             return Ok(());
         };
         let t = &self.transfers[f as usize];
-        let (a, b) = (
-            self.plan.ops[t.send as usize].rank,
-            self.plan.ops[t.recv as usize].rank,
-        );
+        let (a, b) = (self.plan.rank(t.send), self.plan.rank(t.recv));
         // Only whether a rank moves any bytes enters its factors: a rank whose count
         // stayed on the same side of zero has nothing to re-rate.
         let flip_a = st.moving(a, delta);
@@ -671,14 +673,14 @@ impl<'p> Engine<'p> {
     }
 
     fn begin_transfer(&mut self, a: OpId, b: OpId) -> Result<(), SimError> {
-        let (send, recv) = match self.plan.ops[a as usize].kind {
-            OpKind::Send { .. } => (a, b),
-            _ => (b, a),
+        let (send, recv, kind) = match self.plan.kind(a) {
+            k @ OpKind::Send { .. } => (a, b, k),
+            _ => (b, a, self.plan.kind(b)),
         };
-        let src = self.plan.ops[send as usize].rank;
+        let src = self.plan.rank(send);
         let OpKind::Send {
             peer: dst, bytes, ..
-        } = self.plan.ops[send as usize].kind
+        } = kind
         else {
             unreachable!("send op")
         };
@@ -691,15 +693,16 @@ impl<'p> Engine<'p> {
                 j.factor(send, Draw::Bandwidth),
             )
         });
-        let fused = self.plan.fused(self.plan.op_launch(send));
-        let stream = self.plan.ops[send as usize].stream;
+        let send_launch = self.plan.op_launch(send);
+        let fused = self.plan.fused(send_launch);
+        let stream = self.plan.launch_stream(send_launch);
         // (wire bytes per payload byte, rate ceiling, latency before the first byte,
         // channels the flow stands for)
-        let (factor, cap, alpha, weight) = match self.plan.streams[stream as usize].wire {
+        let (factor, cap, alpha, weight) = match self.plan.stream(stream).wire {
             // An NCCL channel: its protocol's wire bytes, its own rate ceiling and
             // NCCL's per-step latencies (which include the links').
             Some(w) => {
-                let w = self.plan.wires[w as usize];
+                let w = self.plan.wire(w);
                 let topo = self.router.topology();
                 let step = if topo.node_of(src as usize) == topo.node_of(dst as usize) {
                     w.intra_step_latency
@@ -806,36 +809,26 @@ impl<'p> Engine<'p> {
     }
 
     fn op_done(&mut self, op: OpId) -> Result<(), SimError> {
-        let l = self.plan.op_launch(op);
-        if self.times[op as usize].end == COMM
+        let plan = self.plan;
+        let l = plan.op_launch(op);
+        let comm = self.book.end(plan, op, self.now);
+        if comm
             && let Some(st) = self.interference.as_mut()
             && st.holds_sms()
         {
-            let stream = self.plan.launch_stream(l);
-            if st.posted(self.plan, stream, -1) {
-                self.refresh(self.plan.streams[stream as usize].rank)?;
+            let sv = plan.stream(plan.launch_stream(l));
+            if st.posted(sv, |b| plan.block_sms(b), -1) {
+                self.refresh(sv.rank)?;
             }
         }
-        self.times[op as usize].end = self.now;
         self.done_ops += 1;
-        let plan = self.plan;
-        for &d in plan.dependents(op) {
-            let ls = &mut self.launch[d as usize];
-            ls.pending -= 1;
-            if ls.pending == 0 {
+        for d in plan.dependents(op) {
+            if self.book.dep_met(plan, d) {
                 self.start_launch(d)?;
             }
         }
-        let ls = &mut self.launch[l as usize];
-        ls.remaining -= 1;
-        if ls.remaining == 0
-            && let Some(nl) = plan.next_launch(l)
-        {
-            let ns = &mut self.launch[nl as usize];
-            ns.pending -= 1;
-            if ns.pending == 0 {
-                self.start_launch(nl)?;
-            }
+        if let Some(nl) = self.book.op_of_launch_done(plan, l) {
+            self.start_launch(nl)?;
         }
         Ok(())
     }

@@ -1415,6 +1415,49 @@ fn full_and_symmetric(
     );
 }
 
+/// Per rank, the end of its last op in a stored plan's run.
+fn rank_ends(p: &Plan, r: &SimResult) -> Vec<f64> {
+    let mut e = vec![0.0f64; p.ranks as usize];
+    for (o, t) in p.ops.iter().zip(&r.times) {
+        e[o.rank as usize] = e[o.rank as usize].max(t.end);
+    }
+    e
+}
+
+/// Simulate `spec` as a stored full plan and as its symmetric plan of `shift` ranks
+/// unrolled (every rank simulated, ops generated), under `opts`: every rank must end at
+/// the same time. (Their event counts may differ: which completions go stale depends on
+/// the order simultaneous events run in.)
+fn full_and_unrolled(
+    hw: &crate::scenario::Hardware,
+    spec: &crate::strategy::collective::CollectiveSpec,
+    shift: u32,
+    opts: &SimOptions,
+) {
+    use crate::strategy::collective::{build, build_with};
+    let full = build(spec).unwrap();
+    let template = build_with(spec, Some(shift)).unwrap();
+    let u = Unrolled::new(&template).unwrap();
+    let a = simulate(&full, hw, opts).unwrap();
+    let b = simulate_unrolled(&u, hw, opts).unwrap();
+    let what = format!(
+        "{} {} n={} chunks={} nccl={} on {} with {:?}",
+        spec.op,
+        spec.algorithm,
+        spec.ranks,
+        spec.chunks,
+        spec.nccl.is_some(),
+        hw.topology.name,
+        opts.stragglers
+    );
+    for (rank, (x, y)) in rank_ends(&full, &a).iter().zip(&b.rank_end).enumerate() {
+        assert!(
+            (x - y).abs() <= 1e-9 * x.abs(),
+            "{what}: rank {rank} ends at {x:e} (stored) vs {y:e} (generated)"
+        );
+    }
+}
+
 #[test]
 fn symmetric_plans_reproduce_the_full_simulation() {
     use crate::strategy::collective::{Algorithm as A, CollectiveOp as C, CollectiveSpec};
@@ -1486,6 +1529,7 @@ fn symmetric_plans_reproduce_the_full_simulation() {
                     nccl: None,
                 };
                 full_and_symmetric(hw, &spec);
+                unrolled_with_and_without_stragglers(hw, &spec);
                 // As NCCL runs it: channels with rail-aligned orders, slotted steps.
                 if algorithm == crate::strategy::collective::Algorithm::Ring {
                     use crate::cost::nccl;
@@ -1508,9 +1552,194 @@ fn symmetric_plans_reproduce_the_full_simulation() {
                         ..spec
                     };
                     full_and_symmetric(hw, &spec);
+                    unrolled_with_and_without_stragglers(hw, &spec);
                 }
             }
         }
+    }
+}
+
+/// [`full_and_unrolled`] at the topology's own shift, plain and with a slow rank and a
+/// slow link (which a symmetric run refuses).
+fn unrolled_with_and_without_stragglers(
+    hw: &crate::scenario::Hardware,
+    spec: &crate::strategy::collective::CollectiveSpec,
+) {
+    let shift = hw.topology.link_orbits().unwrap().unwrap().shift;
+    full_and_unrolled(hw, spec, shift, &SimOptions::default());
+    let link = hw.topology.link_name(hw.topology.link_count() / 2);
+    let slow = SimOptions {
+        stragglers: vec![
+            crate::scenario::Straggler::parse(&format!("rank:{}=1.7", spec.ranks - 1)).unwrap(),
+            crate::scenario::Straggler::parse(&format!("link:{link}=3")).unwrap(),
+        ],
+        ..SimOptions::default()
+    };
+    full_and_unrolled(hw, spec, shift, &slow);
+}
+
+/// An unrolled program's world ids, peers and partners are those of the rotation: rank
+/// `r + k·shift` runs rank `r`'s ops moved by `k` shifts, and a send's partner is the
+/// receive of its peer that names it back.
+#[test]
+fn unrolled_programs_move_ops_peers_and_partners_by_whole_shifts() {
+    use crate::strategy::collective::{
+        Algorithm as A, CollectiveOp as C, CollectiveSpec, build_with,
+    };
+    use program::Program;
+    let spec = CollectiveSpec {
+        op: C::AllReduce,
+        algorithm: A::Ring,
+        ranks: 6,
+        bytes: 6 << 20,
+        chunks: 2,
+        nccl: None,
+    };
+    let t = build_with(&spec, Some(2)).unwrap();
+    let u = Unrolled::new(&t).unwrap();
+    assert_eq!(u.op_count(), 3 * t.op_count());
+    for op in 0..u.op_count() as OpId {
+        let (k, i) = (op / t.op_count() as u32, op % t.op_count() as u32);
+        assert_eq!(u.rank(op), t.ops[i as usize].rank + 2 * k);
+        let launch = u.op_launch(op);
+        assert!(
+            u.launch_ops(launch).any(|o| o == op),
+            "op {op} is in its launch"
+        );
+        assert_eq!(u.stream(u.launch_stream(launch)).rank, u.rank(op));
+        let p = u.partner(op);
+        match u.kind(op) {
+            OpKind::Send { peer, bytes, tag } => {
+                assert_eq!(u.rank(p), peer, "op {op}: the partner is on the peer");
+                assert_eq!(u.partner(p), op, "op {op}: partners pair up");
+                let OpKind::Recv {
+                    peer: back,
+                    bytes: b,
+                    tag: tg,
+                    ..
+                } = u.kind(p)
+                else {
+                    panic!("op {op}: a send's partner receives")
+                };
+                assert_eq!((back, b, tg), (u.rank(op), bytes, tag));
+            }
+            OpKind::Recv { peer, .. } => assert_eq!(u.rank(p), peer),
+            _ => assert_eq!(p, NO_PARTNER),
+        }
+    }
+    // Only a symmetric plan unrolls.
+    let full = crate::strategy::collective::build(&spec).unwrap();
+    assert!(matches!(
+        Unrolled::new(&full),
+        Err(UnrollError::NotSymmetric)
+    ));
+}
+
+/// Jitter draws per world op: the same seed gives the same run, another seed another,
+/// and no draw makes a rank end before the un-jittered run's ops could (each op's
+/// factor is drawn, not shared).
+#[test]
+fn unrolled_programs_take_jitter_per_rank() {
+    use crate::strategy::collective::{
+        Algorithm as A, CollectiveOp as C, CollectiveSpec, build_with,
+    };
+    let mut hw = h100();
+    hw.topology = Topology::ring(
+        "ring-16",
+        16,
+        LinkSpec {
+            bandwidth: 50e9,
+            latency: 0.5e-6,
+        },
+    )
+    .unwrap();
+    let spec = CollectiveSpec {
+        op: C::AllReduce,
+        algorithm: A::Ring,
+        ranks: 16,
+        bytes: 16 << 20,
+        chunks: 4,
+        nccl: None,
+    };
+    let t = build_with(&spec, Some(1)).unwrap();
+    let u = Unrolled::new(&t).unwrap();
+    let with = |seed: u64| SimOptions {
+        jitter: Some(Jitter {
+            params: crate::scenario::VariabilityParams {
+                distribution: crate::scenario::JitterDistribution::Lognormal,
+                compute_cv: 0.1,
+                comm_cv: 0.1,
+            },
+            seed,
+        }),
+        ..SimOptions::default()
+    };
+    let plain = simulate_unrolled(&u, &hw, &SimOptions::default()).unwrap();
+    let a = simulate_unrolled(&u, &hw, &with(1)).unwrap();
+    let b = simulate_unrolled(&u, &hw, &with(1)).unwrap();
+    let c = simulate_unrolled(&u, &hw, &with(2)).unwrap();
+    assert_eq!(a, b, "a seed fixes the run");
+    assert_ne!(a.rank_end, c.rank_end, "seeds differ");
+    assert_ne!(a.rank_end, plain.rank_end, "jitter moves times");
+    // Ranks differ from one another under jitter; without it all end together.
+    let spread = |r: &UnrolledResult| {
+        let lo = r.rank_end.iter().copied().fold(f64::INFINITY, f64::min);
+        r.makespan() - lo
+    };
+    assert!(spread(&plain) <= 1e-12 * plain.makespan());
+    assert!(spread(&a) > 0.0);
+}
+
+/// A deadlocked unrolled program (every rank sends to the next before it receives from
+/// the previous, one in-order stream) names the first op that never started.
+#[test]
+fn unrolled_head_to_head_sends_deadlock() {
+    let mut b = PlanBuilder::symmetric(4, 1);
+    b.site("x");
+    let t = OpTag {
+        site: 0,
+        step: 0,
+        slice: 0,
+    };
+    let st = b.stream(0, "comm", StreamKind::Comm);
+    b.single(
+        st,
+        OpKind::Send {
+            peer: 1,
+            bytes: 8,
+            tag: 0,
+        },
+        &[],
+        t,
+    )
+    .unwrap();
+    b.single(
+        st,
+        OpKind::Recv {
+            peer: 3,
+            bytes: 8,
+            tag: 0,
+            accumulate: false,
+        },
+        &[],
+        t,
+    )
+    .unwrap();
+    let plan = b.finish().unwrap();
+    let u = Unrolled::new(&plan).unwrap();
+    let hw = scenario(4, 100.0, Workload::GemmRs).hardware;
+    match simulate_unrolled(&u, &hw, &SimOptions::default()) {
+        Err(SimError::Deadlock {
+            done,
+            total,
+            rank,
+            label,
+        }) => {
+            assert_eq!((done, total), (0, 8));
+            assert_eq!(rank, 0);
+            assert_eq!(label, "x.recv[s0]←3", "the receive behind the send");
+        }
+        other => panic!("expected a deadlock, got {other:?}"),
     }
 }
 

@@ -328,6 +328,7 @@ pub fn run(r: &Request) -> Result<Output, Error> {
         nodes: fabric.nodes,
         hardware: hw.name.clone(),
         rows,
+        stragglers: r.stragglers.iter().map(|s| s.to_string()).collect(),
         avg_busbw,
     };
     Ok(out)
@@ -441,6 +442,9 @@ pub struct Output {
     #[serde(skip)]
     pub topology: String,
     pub rows: Vec<Row>,
+    /// The stragglers of the run, as `--straggler` writes them (absent: none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stragglers: Vec<String>,
     /// nccl-tests' footer: the mean busbw over the sizes.
     #[serde(rename = "avg_busbw_GB/s")]
     pub avg_busbw: f64,
@@ -576,6 +580,17 @@ fn csv(o: &Output) -> String {
     s
 }
 
+/// The table's footer when some sizes simulated every rank from generated ops.
+fn generated_note(o: &Output) -> Option<String> {
+    let n = o.rows.iter().filter(|r| r.plan == "generated").count();
+    (n > 0).then(|| {
+        format!(
+            "# {n} of {} sizes simulated rank by rank, each rank's ops generated from a symmetric plan's as they ran (every rank its own state; no op times kept)\n",
+            o.rows.len()
+        )
+    })
+}
+
 /// The table's footer when some sizes ran as symmetric plans.
 fn symmetric_note(o: &Output) -> Option<String> {
     let sym: Vec<u32> = o
@@ -618,6 +633,9 @@ fn table(o: &Output, topo: &str) -> String {
             _ => "(n-1)/n",
         }
     );
+    if !o.stragglers.is_empty() {
+        s.push_str(&format!("# stragglers: {}\n", o.stragglers.join(", ")));
+    }
     s.push_str("#\n");
     s.push_str(&format!(
         "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}           out-of-place                       in-place          \n",
@@ -651,6 +669,9 @@ fn table(o: &Output, topo: &str) -> String {
         fmt_g(o.avg_busbw)
     ));
     s.push_str("#\n");
+    if let Some(note) = generated_note(o) {
+        s.push_str(&note);
+    }
     if let Some(note) = symmetric_note(o) {
         s.push_str(&note);
     }

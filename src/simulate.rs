@@ -178,11 +178,30 @@ pub fn sample_scenario(
     .for_scenario(sc);
     for &strategy in &sc.strategies {
         let name = strategy.to_string();
-        let plan =
-            strategy::build(sc, sc.workload, strategy).map_err(|source| RunError::Strategy {
+        let built = |symmetric: bool| {
+            strategy::build_with(sc, sc.workload, strategy, symmetric).map_err(|source| {
+                RunError::Strategy {
+                    strategy: name.clone(),
+                    source,
+                }
+            })
+        };
+        // Where the plan has a symmetric form, the samples run its unrolled program:
+        // every rank simulated with its own draws, from a template a fraction of the full
+        // plan's size (which stays in cache), the two figures accumulated as it runs.
+        let plan = built(true)?;
+        let unrolled = match plan.symmetry {
+            Some(_) => Some(sim::Unrolled::new(&plan).map_err(|e| RunError::Sim {
                 strategy: name.clone(),
-                source,
-            })?;
+                source: sim::SimError::Asymmetric { why: e.to_string() },
+            })?),
+            None => None,
+        };
+        let counted: Vec<bool> = plan
+            .streams
+            .iter()
+            .map(|s| !crate::timeline::metrics::is_pipeline_stream(&s.name))
+            .collect();
         // Samples run in parallel over one plan; each has its own seed (a function of
         // the run's seed and its index) and the results are collected in index order,
         // so the figures are the same at any thread count.
@@ -195,10 +214,16 @@ pub fn sample_scenario(
                 }),
                 ..base.clone()
             };
-            let res = sim::simulate(&plan, &sc.hardware, &o).map_err(|source| RunError::Sim {
+            let failed = |source| RunError::Sim {
                 strategy: name.clone(),
                 source,
-            })?;
+            };
+            if let Some(u) = &unrolled {
+                let res =
+                    sim::simulate_unrolled(u, &sc.hardware, &o, Some(&counted)).map_err(failed)?;
+                return Ok(res.makespan_and_critical_exposed());
+            }
+            let res = sim::simulate(&plan, &sc.hardware, &o).map_err(failed)?;
             // The figures the run's timeline gives, without building it.
             Ok(crate::timeline::metrics::makespan_and_exposed_of_run(
                 &plan, &res.times,

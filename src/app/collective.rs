@@ -407,7 +407,7 @@ fn run_spec(
     {
         let template = collective::build_with(spec, Some(s)).map_err(Error::Build)?;
         let u = sim::Unrolled::new(&template).map_err(|e| Error::Run(e.to_string()))?;
-        let res = sim::simulate_unrolled(&u, hw, opts).map_err(sim_error)?;
+        let res = sim::simulate_unrolled(&u, hw, opts, None).map_err(sim_error)?;
         return Ok(Ran {
             makespan: res.makespan(),
             events: res.events,

@@ -200,7 +200,7 @@ fn run_generated_ring(ranks: u32, opts: &SimOptions) -> Result<(u64, usize, [f64
     let template = build_with(&spec, Some(1)).map_err(|e| CliError::run(e.to_string()))?;
     let u = sim::Unrolled::new(&template).map_err(|e| CliError::run(e.to_string()))?;
     let t1 = Instant::now();
-    let res = sim::simulate_unrolled(&u, &hw, opts).map_err(CliError::run)?;
+    let res = sim::simulate_unrolled(&u, &hw, opts, None).map_err(CliError::run)?;
     let t2 = Instant::now();
     std::hint::black_box(res.makespan());
     Ok((

@@ -361,17 +361,37 @@ fn a_symmetric_data_parallel_step_equals_the_full_one() {
             ..o.clone()
         };
         assert!(slow.interference.is_some(), "interference is modelled");
+        // Each rank's exposed communication, accumulated as the run goes, is the stored
+        // run's timeline's.
+        let counted: Vec<bool> = sym
+            .streams
+            .iter()
+            .map(|st| !flashoverlap::timeline::metrics::is_pipeline_stream(&st.name))
+            .collect();
         for opts in [&o, &slow] {
             let a = sim::simulate(&full, &sc.hardware, opts).unwrap();
-            let g = sim::simulate_unrolled(&u, &sc.hardware, opts).unwrap();
-            let mut ends = vec![0.0f64; full.ranks as usize];
-            for (op, t) in full.ops.iter().zip(&a.times) {
-                ends[op.rank as usize] = ends[op.rank as usize].max(t.end);
-            }
-            for (r, (x, y)) in ends.iter().zip(&g.rank_end).enumerate() {
+            let g = sim::simulate_unrolled(&u, &sc.hardware, opts, Some(&counted)).unwrap();
+            let tl = flashoverlap::timeline::Timeline::predicted(
+                "x",
+                "",
+                &full,
+                &sc.hardware.topology,
+                &a,
+                1.0,
+            );
+            let stored = flashoverlap::timeline::metrics::rank_metrics(&tl);
+            assert!(stored.iter().any(|m| m.exposed_comm > 1e-6), "{s}: something is exposed");
+            for (r, m) in stored.iter().enumerate() {
+                let (x, y) = (m.end, g.rank_end[r]);
                 assert!(
                     (x - y).abs() <= 1e-9 * x,
                     "{s} {:?}: rank {r} ends at {x} (stored) vs {y} (generated)",
+                    opts.stragglers
+                );
+                let (x, y) = (m.exposed_comm, g.rank_exposed[r]);
+                assert!(
+                    (x - y).abs() <= 1e-9 * m.end,
+                    "{s} {:?}: rank {r} exposes {x} (stored) vs {y} (generated)",
                     opts.stragglers
                 );
             }

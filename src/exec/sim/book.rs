@@ -153,14 +153,80 @@ pub(crate) struct Streamed {
     early: IntMap<LaunchId, u32>,
     /// Per rank, the latest end of its ops.
     pub rank_end: Vec<f64>,
+    /// Per rank, its exposed communication as the run goes, where asked for.
+    pub exposure: Option<Exposure>,
+}
+
+/// Exposed communication per rank, accumulated as ops start and end: the time in which
+/// a rank has a send or receive running and no compute op (the measure of its
+/// communication intervals less its compute intervals, as the timeline's metrics
+/// define it), counting only ops on the streams the caller names.
+pub(crate) struct Exposure {
+    /// Per template op: 0 not counted, 1 compute, 2 communication.
+    class: Vec<u8>,
+    comm: Vec<u32>,
+    compute: Vec<u32>,
+    last: Vec<f64>,
+    pub exposed: Vec<f64>,
+}
+
+impl Exposure {
+    /// `counted`: per template stream, whether its ops count.
+    fn new(u: &Unrolled<'_>, counted: &[bool]) -> Exposure {
+        let t = u.template();
+        let class = t
+            .ops
+            .iter()
+            .map(|o| match counted.get(o.stream as usize) {
+                Some(true) if o.kind.class().is_comm() => 2,
+                Some(true) => 1,
+                _ => 0,
+            })
+            .collect();
+        let n = u.ranks() as usize;
+        Exposure {
+            class,
+            comm: vec![0; n],
+            compute: vec![0; n],
+            last: vec![0.0; n],
+            exposed: vec![0.0; n],
+        }
+    }
+
+    /// Template op `t` of `rank` started (`up`) or ended at `now`.
+    #[inline]
+    fn change(&mut self, rank: u32, t: OpId, now: f64, up: bool) {
+        let c = self.class[t as usize];
+        if c == 0 {
+            return;
+        }
+        let r = rank as usize;
+        if self.comm[r] > 0 && self.compute[r] == 0 {
+            self.exposed[r] += now - self.last[r];
+        }
+        self.last[r] = now;
+        let n = if c == 2 {
+            &mut self.comm[r]
+        } else {
+            &mut self.compute[r]
+        };
+        if up {
+            *n += 1;
+        } else {
+            *n -= 1;
+        }
+    }
 }
 
 impl Streamed {
+    /// `counted`: per template stream, whether its ops count toward the ranks' exposed
+    /// communication; `None`: none is accumulated.
     pub fn new(
         u: &Unrolled<'_>,
         gpu: &GpuSpec,
         slow: Vec<f64>,
         jitter: Option<&Jitter>,
+        counted: Option<&[bool]>,
     ) -> Result<Streamed, SimError> {
         let t = u.template();
         let mut d = Durations::new(gpu);
@@ -180,6 +246,7 @@ impl Streamed {
             issued: vec![0; n],
             early: IntMap::default(),
             rank_end: vec![0.0; u.ranks() as usize],
+            exposure: counted.map(|c| Exposure::new(u, c)),
         };
         for s in 0..n as u32 {
             b.arm(u, s);
@@ -210,12 +277,20 @@ impl<'p> Book<Unrolled<'p>> for Streamed {
             .collect()
     }
     #[inline]
-    fn start(&mut self, u: &Unrolled<'p>, op: OpId, _: f64) -> f64 {
+    fn start(&mut self, u: &Unrolled<'p>, op: OpId, now: f64) -> f64 {
         let s = u.launch_stream(u.op_launch(op));
         self.issued[s as usize] += 1;
         let rank = u.rank(op);
-        let d = self.durations[u.template_op(op) as usize];
-        scaled(d, op, self.slow[rank as usize], self.jitter.as_ref())
+        let t = u.template_op(op);
+        if let Some(x) = self.exposure.as_mut() {
+            x.change(rank, t, now, true);
+        }
+        scaled(
+            self.durations[t as usize],
+            op,
+            self.slow[rank as usize],
+            self.jitter.as_ref(),
+        )
     }
     #[inline]
     fn started(&self, u: &Unrolled<'p>, op: OpId) -> bool {
@@ -226,9 +301,14 @@ impl<'p> Book<Unrolled<'p>> for Streamed {
     }
     #[inline]
     fn end(&mut self, u: &Unrolled<'p>, op: OpId, now: f64) -> bool {
-        let e = &mut self.rank_end[u.rank(op) as usize];
+        let rank = u.rank(op);
+        let e = &mut self.rank_end[rank as usize];
         *e = e.max(now);
-        self.durations[u.template_op(op) as usize] == COMM
+        let t = u.template_op(op);
+        if let Some(x) = self.exposure.as_mut() {
+            x.change(rank, t, now, false);
+        }
+        self.durations[t as usize] == COMM
     }
     #[inline]
     fn dep_met(&mut self, u: &Unrolled<'p>, l: LaunchId) -> bool {

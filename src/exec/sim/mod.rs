@@ -261,11 +261,14 @@ pub fn simulate(plan: &Plan, hw: &Hardware, opts: &SimOptions) -> Result<SimResu
 }
 
 /// What a run of an [`Unrolled`] program gives: no op times (they are not kept), each
-/// rank's end.
+/// rank's end and, where asked for, its exposed communication.
 #[derive(Debug, Clone, PartialEq)]
 pub struct UnrolledResult {
     /// Per world rank, the end of its last op (seconds; 0 for a rank without ops).
     pub rank_end: Vec<f64>,
+    /// Per world rank, the time it had a send or receive running and no compute op,
+    /// over the streams [`simulate_unrolled`] was asked to count (empty: none asked).
+    pub rank_exposed: Vec<f64>,
     pub events: u64,
 }
 
@@ -274,20 +277,38 @@ impl UnrolledResult {
     pub fn makespan(&self) -> f64 {
         self.rank_end.iter().copied().fold(0.0, f64::max)
     }
+
+    /// The makespan and the exposed communication of the critical rank (the first that
+    /// ends last), as a jittered sample reports them; 0 exposed where none was counted.
+    pub fn makespan_and_critical_exposed(&self) -> (f64, f64) {
+        let mut crit = 0;
+        for (r, &e) in self.rank_end.iter().enumerate() {
+            if e > self.rank_end[crit] {
+                crit = r;
+            }
+        }
+        (
+            self.makespan(),
+            self.rank_exposed.get(crit).copied().unwrap_or(0.0),
+        )
+    }
 }
 
 /// Run every rank of the world a symmetric plan stands for, each with its own state,
 /// links and clock (jitter and stragglers apply), generating each rank's ops from the
 /// template as they run: memory grows with what is in flight, not with the world's ops.
-/// Rank r runs on GPU r of the topology. Link spans are not recorded.
+/// Rank r runs on GPU r of the topology. Link spans are not recorded. `exposure`: per
+/// template stream, whether its ops count toward each rank's exposed communication
+/// (accumulated as the run goes); `None`: not accumulated.
 pub fn simulate_unrolled(
     u: &Unrolled<'_>,
     hw: &Hardware,
     opts: &SimOptions,
+    exposure: Option<&[bool]>,
 ) -> Result<UnrolledResult, SimError> {
     hw.topology.require_gpus(u.ranks() as usize)?;
     let slow = rank_factors(u.ranks(), &opts.stragglers)?;
-    let book = Streamed::new(u, &hw.gpu, slow, opts.jitter.as_ref())?;
+    let book = Streamed::new(u, &hw.gpu, slow, opts.jitter.as_ref(), exposure)?;
     let opts = SimOptions {
         record_links: false,
         ..opts.clone()
@@ -296,6 +317,7 @@ pub fn simulate_unrolled(
     e.run()?;
     Ok(UnrolledResult {
         rank_end: e.book.rank_end,
+        rank_exposed: e.book.exposure.map_or_else(Vec::new, |x| x.exposed),
         events: e.events,
     })
 }

@@ -128,6 +128,39 @@ pub enum UnrollError {
     TooLarge { ranks: u32, ops: u64, max: u64 },
 }
 
+/// Division by a divisor fixed at construction, by multiplication (Lemire, Kaser and
+/// Kurz, "Faster Remainder by Direct Computation", 2019: exact for every 32-bit
+/// dividend). The engine splits world ids into (copy, template id) several times an op;
+/// a hardware division takes tens of cycles.
+#[derive(Debug, Clone, Copy)]
+struct FastDiv {
+    d: u32,
+    /// `⌊(2^64 − 1) / d⌋ + 1`; unused for `d = 1`.
+    m: u64,
+}
+
+impl FastDiv {
+    fn new(d: u32) -> FastDiv {
+        assert!(d > 0, "a divisor of zero");
+        FastDiv {
+            d,
+            m: if d == 1 { 0 } else { u64::MAX / d as u64 + 1 },
+        }
+    }
+
+    /// `(n / d, n % d)`.
+    #[inline]
+    fn div_rem(self, n: u32) -> (u32, u32) {
+        if self.d == 1 {
+            return (n, 0);
+        }
+        let q = ((self.m as u128 * n as u128) >> 64) as u32;
+        let low = self.m.wrapping_mul(n as u64);
+        let r = ((low as u128 * self.d as u128) >> 64) as u32;
+        (q, r)
+    }
+}
+
 /// A symmetric plan read as the full plan of its world (see the module docs). The
 /// per-template tables it keeps are the size of the template.
 #[derive(Debug, Clone)]
@@ -146,6 +179,11 @@ pub struct Unrolled<'p> {
     dep_count: Vec<u32>,
     /// Per template op: its place in its launch's op list.
     op_index: Vec<u32>,
+    /// Division by the template's ops, launches, streams and shift.
+    by_ops: FastDiv,
+    by_launches: FastDiv,
+    by_streams: FastDiv,
+    by_shift: FastDiv,
 }
 
 /// The largest world op, launch or stream id an unrolled program may number (the ids
@@ -191,6 +229,10 @@ impl<'p> Unrolled<'p> {
             launch_pos,
             dep_count,
             op_index,
+            by_ops: FastDiv::new(template.op_count().max(1) as u32),
+            by_launches: FastDiv::new(template.launch_count().max(1) as u32),
+            by_streams: FastDiv::new(template.streams.len().max(1) as u32),
+            by_shift: FastDiv::new(shift),
         })
     }
 
@@ -201,62 +243,69 @@ impl<'p> Unrolled<'p> {
     /// (copy, template op) of world op `op`.
     #[inline]
     fn split_op(&self, op: OpId) -> (u32, u32) {
-        (op / self.ops, op % self.ops)
+        self.by_ops.div_rem(op)
     }
 
     #[inline]
     fn split_launch(&self, l: LaunchId) -> (u32, u32) {
-        (l / self.launches, l % self.launches)
+        self.by_launches.div_rem(l)
+    }
+
+    #[inline]
+    fn split_stream(&self, s: StreamId) -> (u32, u32) {
+        self.by_streams.div_rem(s)
     }
 
     /// A template rank's world peer `peer` moved by `k` shifts.
     #[inline]
     fn moved(&self, peer: u32, k: u32) -> u32 {
+        // peer < n and k·shift < n: one subtraction wraps it.
         let n = self.template.ranks as u64;
-        ((peer as u64 + k as u64 * self.shift as u64) % n) as u32
+        let p = peer as u64 + k as u64 * self.shift as u64;
+        (if p >= n { p - n } else { p }) as u32
     }
 
     /// Position of launch `l` on its stream.
     #[inline]
     pub(crate) fn launch_pos(&self, l: LaunchId) -> u32 {
-        self.launch_pos[(l % self.launches) as usize]
+        self.launch_pos[self.split_launch(l).1 as usize]
     }
 
     /// Dependency edges of launch `l`.
     #[inline]
     pub(crate) fn dep_count(&self, l: LaunchId) -> u32 {
-        self.dep_count[(l % self.launches) as usize]
+        self.dep_count[self.split_launch(l).1 as usize]
     }
 
     /// Ops of launch `l`.
     #[inline]
     pub(crate) fn launch_len(&self, l: LaunchId) -> u32 {
-        self.template.launch_ops(l % self.launches).len() as u32
+        self.template.launch_ops(self.split_launch(l).1).len() as u32
     }
 
     /// Place of `op` in its launch's op list.
     #[inline]
     pub(crate) fn op_index(&self, op: OpId) -> u32 {
-        self.op_index[(op % self.ops) as usize]
+        self.op_index[self.split_op(op).1 as usize]
     }
 
     /// Launches of world stream `s`.
     #[inline]
     pub(crate) fn stream_len(&self, s: StreamId) -> u32 {
-        self.template.stream_launches(s % self.streams).len() as u32
+        self.template.stream_launches(self.split_stream(s).1).len() as u32
     }
 
     /// The launch at position `pos` of world stream `s`.
     #[inline]
     pub(crate) fn stream_launch(&self, s: StreamId, pos: u32) -> LaunchId {
-        let (k, t) = (s / self.streams, s % self.streams);
+        let (k, t) = self.split_stream(s);
         self.template.stream_launches(t)[pos as usize] + k * self.launches
     }
 
     /// The template's cost-model view of world op `op`: its template op.
     #[inline]
     pub(crate) fn template_op(&self, op: OpId) -> OpId {
-        op % self.ops
+        self.split_op(op).1
     }
 }
 
@@ -310,7 +359,7 @@ impl Program for Unrolled<'_> {
             OpKind::Send { peer, .. } | OpKind::Recv { peer, .. } => peer,
             _ => return NO_PARTNER,
         };
-        self.moved(peer, k) / self.shift * self.ops + j
+        self.by_shift.div_rem(self.moved(peer, k)).0 * self.ops + j
     }
     #[inline]
     fn launch_ops(&self, l: LaunchId) -> impl Iterator<Item = OpId> + '_ {
@@ -325,7 +374,7 @@ impl Program for Unrolled<'_> {
     }
     #[inline]
     fn fused(&self, l: LaunchId) -> bool {
-        self.template.fused(l % self.launches)
+        self.template.fused(self.split_launch(l).1)
     }
     #[inline]
     fn dependents(&self, op: OpId) -> impl Iterator<Item = LaunchId> + '_ {
@@ -335,7 +384,7 @@ impl Program for Unrolled<'_> {
     }
     #[inline]
     fn stream(&self, s: StreamId) -> StreamView {
-        let (k, t) = (s / self.streams, s % self.streams);
+        let (k, t) = self.split_stream(s);
         let i = &self.template.streams[t as usize];
         StreamView {
             rank: i.rank + k * self.shift,
@@ -351,5 +400,31 @@ impl Program for Unrolled<'_> {
             l.peer = self.moved(l.peer, k);
         }
         l.render(&self.template.sites)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FastDiv;
+
+    /// Exact against hardware division at the edges of the range and across divisors.
+    #[test]
+    fn fast_division_is_exact() {
+        let mut ds: Vec<u32> = (1..=300).collect();
+        ds.extend([1023, 1024, 1025, 65535, 65536, 8_190_000, u32::MAX - 1, u32::MAX]);
+        let mut x = 0x9e37_79b9u32;
+        for &d in &ds {
+            let f = FastDiv::new(d);
+            let mut ns = vec![0, 1, d - 1, d, d.wrapping_add(1), u32::MAX, u32::MAX - 1];
+            for _ in 0..2000 {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                ns.push(x);
+            }
+            for n in ns {
+                assert_eq!(f.div_rem(n), (n / d, n % d), "{n} / {d}");
+            }
+        }
     }
 }

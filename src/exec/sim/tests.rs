@@ -1439,7 +1439,7 @@ fn full_and_unrolled(
     let template = build_with(spec, Some(shift)).unwrap();
     let u = Unrolled::new(&template).unwrap();
     let a = simulate(&full, hw, opts).unwrap();
-    let b = simulate_unrolled(&u, hw, opts).unwrap();
+    let b = simulate_unrolled(&u, hw, opts, None).unwrap();
     let what = format!(
         "{} {} n={} chunks={} nccl={} on {} with {:?}",
         spec.op,
@@ -1674,10 +1674,10 @@ fn unrolled_programs_take_jitter_per_rank() {
         }),
         ..SimOptions::default()
     };
-    let plain = simulate_unrolled(&u, &hw, &SimOptions::default()).unwrap();
-    let a = simulate_unrolled(&u, &hw, &with(1)).unwrap();
-    let b = simulate_unrolled(&u, &hw, &with(1)).unwrap();
-    let c = simulate_unrolled(&u, &hw, &with(2)).unwrap();
+    let plain = simulate_unrolled(&u, &hw, &SimOptions::default(), None).unwrap();
+    let a = simulate_unrolled(&u, &hw, &with(1), None).unwrap();
+    let b = simulate_unrolled(&u, &hw, &with(1), None).unwrap();
+    let c = simulate_unrolled(&u, &hw, &with(2), None).unwrap();
     assert_eq!(a, b, "a seed fixes the run");
     assert_ne!(a.rank_end, c.rank_end, "seeds differ");
     assert_ne!(a.rank_end, plain.rank_end, "jitter moves times");
@@ -1728,7 +1728,7 @@ fn unrolled_head_to_head_sends_deadlock() {
     let plan = b.finish().unwrap();
     let u = Unrolled::new(&plan).unwrap();
     let hw = scenario(4, 100.0, Workload::GemmRs).hardware;
-    match simulate_unrolled(&u, &hw, &SimOptions::default()) {
+    match simulate_unrolled(&u, &hw, &SimOptions::default(), None) {
         Err(SimError::Deadlock {
             done,
             total,

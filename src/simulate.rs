@@ -275,14 +275,20 @@ fn baseline_is_a_run(sc: &Scenario) -> bool {
 }
 
 pub fn run_scenario(sc: &Scenario, opts: &SimOptions) -> Result<ScenarioRun, RunError> {
-    // A baseline simulated apart runs first, so its plan is gone before the strategies'
-    // plans and timelines are held (the peak memory is the larger of the two, not their
-    // sum). Its error waits for theirs: the strategies asked for fail first.
-    let early = (!baseline_is_a_run(sc)).then(|| baseline(sc, &[], opts));
-    let mut runs = Vec::with_capacity(sc.strategies.len());
-    for &s in &sc.strategies {
-        runs.push(run_strategy(sc, s, opts)?);
-    }
+    // A baseline simulated apart runs beside the strategies (on another core where the
+    // pool has one: the peak memory is then the sum of its plan's and the strategies').
+    // Its error waits for theirs: the strategies asked for fail first.
+    let (early, runs) = rayon::join(
+        || (!baseline_is_a_run(sc)).then(|| baseline(sc, &[], opts)),
+        || -> Result<Vec<StrategyRun>, RunError> {
+            let mut runs = Vec::with_capacity(sc.strategies.len());
+            for &s in &sc.strategies {
+                runs.push(run_strategy(sc, s, opts)?);
+            }
+            Ok(runs)
+        },
+    );
+    let runs = runs?;
     let sequential_makespan = match early {
         Some(b) => b?,
         None => baseline(sc, &runs, opts)?,

@@ -334,31 +334,59 @@ fn group_metrics(
     let mut compute: Vec<Vec<(f64, f64)>> = Vec::new();
     let mut comm: Vec<Vec<(f64, f64)>> = Vec::new();
     let mut all_compute = Vec::new();
-    for s in &tl.spans {
-        let Lane::Stream(st) = s.lane else { continue };
-        if tl.streams[st as usize].rank != rank || is_pipeline_stream(&tl.streams[st as usize].name)
-        {
-            continue;
-        }
-        if !s.class.is_comm() {
-            all_compute.push((s.start, s.end));
-        }
-        let Some(site) = group(&site_of(tl, s)) else {
-            continue;
-        };
-        let i = match order.iter().position(|x| *x == site) {
+    // The rank's streams, pipeline streams left out, and per site id of an op label its
+    // group (memoized: a step's timeline holds millions of spans over a few hundred
+    // sites).
+    let counted: Vec<bool> = tl
+        .streams
+        .iter()
+        .map(|st| st.rank == rank && !is_pipeline_stream(&st.name))
+        .collect();
+    let mut by_site: Vec<Option<Option<usize>>> = vec![None; tl.sites.len()];
+    let mut slot = |name: Option<String>| -> Option<usize> {
+        let name = name?;
+        Some(match order.iter().position(|x| *x == name) {
             Some(i) => i,
             None => {
-                order.push(site);
+                order.push(name);
                 compute.push(Vec::new());
                 comm.push(Vec::new());
                 order.len() - 1
             }
+        })
+    };
+    let mut spans: Vec<(usize, bool, f64, f64)> = Vec::new();
+    for s in &tl.spans {
+        let Lane::Stream(st) = s.lane else { continue };
+        if !counted[st as usize] {
+            continue;
+        }
+        let is_comm = s.class.is_comm();
+        if !is_comm {
+            all_compute.push((s.start, s.end));
+        }
+        let i = match &s.label {
+            super::SpanLabel::Op(l) if (l.site as usize) < by_site.len() => {
+                match by_site[l.site as usize] {
+                    Some(g) => g,
+                    None => {
+                        let g = slot(group(&tl.sites[l.site as usize]));
+                        by_site[l.site as usize] = Some(g);
+                        g
+                    }
+                }
+            }
+            _ => slot(group(&site_of(tl, s))),
         };
-        if s.class.is_comm() {
-            comm[i].push((s.start, s.end));
+        if let Some(i) = i {
+            spans.push((i, is_comm, s.start, s.end));
+        }
+    }
+    for (i, is_comm, start, end) in spans {
+        if is_comm {
+            comm[i].push((start, end));
         } else {
-            compute[i].push((s.start, s.end));
+            compute[i].push((start, end));
         }
     }
     let busy = Intervals::from_unsorted(all_compute);

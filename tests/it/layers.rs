@@ -380,7 +380,10 @@ fn a_symmetric_data_parallel_step_equals_the_full_one() {
                 1.0,
             );
             let stored = flashoverlap::timeline::metrics::rank_metrics(&tl);
-            assert!(stored.iter().any(|m| m.exposed_comm > 1e-6), "{s}: something is exposed");
+            assert!(
+                stored.iter().any(|m| m.exposed_comm > 1e-6),
+                "{s}: something is exposed"
+            );
             for (r, m) in stored.iter().enumerate() {
                 let (x, y) = (m.end, g.rank_end[r]);
                 assert!(

@@ -5,18 +5,19 @@
 //! program; the result is each rank's end).
 
 use super::program::{Program, Unrolled};
-use super::variability::{Draw, Jitter};
+use super::variability::{Draw, Draws, Jitter};
 use super::{COMM, Durations, LaunchState, OpTimes, SimError};
 use crate::fasthash::IntMap;
-use crate::plan::{LaunchId, OpId, Plan};
+use crate::plan::{LaunchId, OpId, Plan, StreamId};
 use crate::scenario::GpuSpec;
 
 /// What the engine asks of its bookkeeping (see the module docs).
 pub(crate) trait Book<P: Program> {
     /// The launches ready at time zero, in the order they start.
     fn ready_at_start(&self, p: &P) -> Vec<LaunchId>;
-    /// `op` starts now: its duration (with jitter and straggler factors), or [`COMM`].
-    fn start(&mut self, p: &P, op: OpId, now: f64) -> f64;
+    /// `op` (of `stream`) starts now: its duration (with jitter and straggler factors),
+    /// or [`COMM`].
+    fn start(&mut self, p: &P, op: OpId, stream: StreamId, now: f64) -> f64;
     /// Whether `op` has started.
     fn started(&self, p: &P, op: OpId) -> bool;
     /// `op` ended now: whether it was a send or receive.
@@ -31,7 +32,7 @@ pub(crate) trait Book<P: Program> {
 
 /// A duration with its rank's straggler factor and the op's jitter draw.
 #[inline]
-fn scaled(d: f64, op: OpId, slow: f64, jitter: Option<&Jitter>) -> f64 {
+fn scaled(d: f64, op: OpId, slow: f64, jitter: Option<&Draws>) -> f64 {
     if d == COMM {
         COMM
     } else {
@@ -63,6 +64,8 @@ impl Dense {
         ];
         let mut times = Vec::with_capacity(plan.op_count());
         let mut durations = Durations::new(gpu);
+        let jitter = jitter.map(Draws::new);
+        let jitter = jitter.as_ref();
         for (id, o) in plan.ops.iter().enumerate() {
             let ls = &mut launch[o.launch as usize];
             ls.remaining += 1;
@@ -94,7 +97,7 @@ impl Book<Plan> for Dense {
             .collect()
     }
     #[inline]
-    fn start(&mut self, _: &Plan, op: OpId, now: f64) -> f64 {
+    fn start(&mut self, _: &Plan, op: OpId, _: StreamId, now: f64) -> f64 {
         let t = &mut self.times[op as usize];
         t.start = now;
         t.end
@@ -142,7 +145,7 @@ pub(crate) struct Streamed {
     /// Per template op, its cost-model duration or [`COMM`].
     durations: Vec<f64>,
     slow: Vec<f64>,
-    jitter: Option<Jitter>,
+    jitter: Option<Draws>,
     /// Per world stream: the head's position, its unmet dependencies, its ops not done
     /// and its ops started (they start in launch order).
     head: Vec<u32>,
@@ -239,7 +242,7 @@ impl Streamed {
         let mut b = Streamed {
             durations,
             slow,
-            jitter: jitter.cloned(),
+            jitter: jitter.map(Draws::new),
             head: vec![0; n],
             pending: vec![0; n],
             remaining: vec![0; n],
@@ -277,8 +280,7 @@ impl<'p> Book<Unrolled<'p>> for Streamed {
             .collect()
     }
     #[inline]
-    fn start(&mut self, u: &Unrolled<'p>, op: OpId, now: f64) -> f64 {
-        let s = u.launch_stream(u.op_launch(op));
+    fn start(&mut self, u: &Unrolled<'p>, op: OpId, s: StreamId, now: f64) -> f64 {
         self.issued[s as usize] += 1;
         let rank = u.rank(op);
         let t = u.template_op(op);

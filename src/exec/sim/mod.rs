@@ -224,7 +224,7 @@ struct Engine<'p, P: Program, B: Book<P>> {
     link_spans: Vec<LinkSpan>,
     interference: Option<InterferenceState>,
     resched: Vec<interference::Reschedule>,
-    jitter: Option<&'p Jitter>,
+    jitter: Option<variability::Draws>,
 }
 
 /// Compute-time factor per rank (1 unless a straggler slows it).
@@ -493,7 +493,7 @@ impl<'p, P: Program, B: Book<P>> Engine<'p, P, B> {
                 .clone()
                 .map(|m| InterferenceState::new(m, plan.ranks() as usize, plan.block_count())),
             resched: Vec::new(),
-            jitter: opts.jitter.as_ref(),
+            jitter: opts.jitter.as_ref().map(variability::Draws::new),
         })
     }
 
@@ -628,7 +628,7 @@ impl<'p, P: Program, B: Book<P>> Engine<'p, P, B> {
         let stream = plan.launch_stream(l);
         let mut changed = false;
         for op in plan.launch_ops(l) {
-            let d = self.book.start(plan, op, self.now);
+            let d = self.book.start(plan, op, stream, self.now);
             if d == COMM {
                 if let Some(st) = self.interference.as_mut()
                     && st.holds_sms()
@@ -709,7 +709,7 @@ impl<'p, P: Program, B: Book<P>> Engine<'p, P, B> {
         let (rs, rl, lat) = self.route(src, dst)?;
         // Jitter: the message's latency and its effective bandwidth each get a factor
         // (a slower message drains as if it carried more bytes).
-        let (jl, jb) = self.jitter.map_or((1.0, 1.0), |j| {
+        let (jl, jb) = self.jitter.as_ref().map_or((1.0, 1.0), |j| {
             (
                 j.factor(send, Draw::Latency),
                 j.factor(send, Draw::Bandwidth),

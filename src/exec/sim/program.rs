@@ -411,7 +411,16 @@ mod tests {
     #[test]
     fn fast_division_is_exact() {
         let mut ds: Vec<u32> = (1..=300).collect();
-        ds.extend([1023, 1024, 1025, 65535, 65536, 8_190_000, u32::MAX - 1, u32::MAX]);
+        ds.extend([
+            1023,
+            1024,
+            1025,
+            65535,
+            65536,
+            8_190_000,
+            u32::MAX - 1,
+            u32::MAX,
+        ]);
         let mut x = 0x9e37_79b9u32;
         for &d in &ds {
             let f = FastDiv::new(d);

@@ -47,8 +47,23 @@ impl Jitter {
         }
     }
 
+    /// The lognormal's log-variance `ln(1 + cv²)` of `d`, and its square root.
+    fn log_variance(&self, d: Draw) -> (f64, f64) {
+        let cv = self.cv(d);
+        let s2 = (1.0 + cv * cv).ln();
+        (s2, s2.sqrt())
+    }
+
     /// The factor (mean 1) that multiplies `d` of op `op`.
+    #[cfg(test)]
     pub(super) fn factor(&self, op: u32, d: Draw) -> f64 {
+        let (s2, root) = self.log_variance(d);
+        self.factor_with(op, d, s2, root)
+    }
+
+    /// [`Jitter::factor`] with the lognormal's `(s2, √s2)` of `d` given.
+    #[inline]
+    fn factor_with(&self, op: u32, d: Draw, s2: f64, root: f64) -> f64 {
         let cv = self.cv(d);
         if cv == 0.0 {
             return 1.0;
@@ -67,11 +82,39 @@ impl Jitter {
                     // Truncated so that no op runs backwards or infinitely fast.
                     (1.0 + cv * z).max(0.05)
                 } else {
-                    let s2 = (1.0 + cv * cv).ln();
-                    (-s2 / 2.0 + s2.sqrt() * z).exp()
+                    (-s2 / 2.0 + root * z).exp()
                 }
             }
         }
+    }
+}
+
+/// A run's jitter with the lognormal's constants of each draw worked out once (a
+/// logarithm and a square root a draw otherwise); the same factors bit for bit.
+#[derive(Debug, Clone)]
+pub(super) struct Draws {
+    jitter: Jitter,
+    /// Per [`Draw`] (by its value), `(ln(1 + cv²), √ln(1 + cv²))`.
+    consts: [(f64, f64); 4],
+}
+
+impl Draws {
+    pub fn new(jitter: &Jitter) -> Draws {
+        let mut consts = [(0.0, 0.0); 4];
+        for d in [Draw::Compute, Draw::Latency, Draw::Bandwidth] {
+            consts[d as usize] = jitter.log_variance(d);
+        }
+        Draws {
+            jitter: jitter.clone(),
+            consts,
+        }
+    }
+
+    /// The factor (mean 1) that multiplies `d` of op `op`.
+    #[inline]
+    pub fn factor(&self, op: u32, d: Draw) -> f64 {
+        let (s2, root) = self.consts[d as usize];
+        self.jitter.factor_with(op, d, s2, root)
     }
 }
 

@@ -274,14 +274,21 @@ def collective(
     dtype: str = "fp32",
     symmetry: bool = True,
     stragglers: Sequence[str] = (),
+    samples: int = 0,
+    seed: int = 0,
+    compute_jitter: Optional[float] = None,
+    comm_jitter: Optional[float] = None,
+    jitter_distribution: Optional[str] = None,
 ) -> Collective:
     """Simulate one collective over a range of sizes, as ``flashoverlap collective`` does
     (same arguments as its flags; ``sizes`` as nccl-tests takes them, ``MIN:MAX`` or a
-    comma-separated list; ``stragglers`` as ``--straggler``, e.g. ``["link:gpu5->gpu6=3"]``)."""
+    comma-separated list; ``stragglers`` as ``--straggler``, e.g. ``["link:gpu5->gpu6=3"]``;
+    ``samples`` jittered runs per size, every rank simulated, give each row a
+    ``time_us_jittered`` spread)."""
     doc = json.loads(
         _core.collective(
             hardware, op, sizes, factor, algorithm, protocol, channels, ranks, nodes, gpus, chunks, dtype, symmetry,
-            list(stragglers),
+            list(stragglers), samples, seed, compute_jitter, comm_jitter, jitter_distribution,
         )
     )
     return Collective(doc["output"], doc["table"])

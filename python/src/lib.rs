@@ -194,7 +194,12 @@ fn simulate(
     chunks = None,
     dtype = "fp32",
     symmetry = true,
-    stragglers = Vec::new()
+    stragglers = Vec::new(),
+    samples = 0,
+    seed = 0,
+    compute_jitter = None,
+    comm_jitter = None,
+    jitter_distribution = None
 ))]
 #[allow(clippy::too_many_arguments)]
 fn collective(
@@ -213,6 +218,11 @@ fn collective(
     dtype: &str,
     symmetry: bool,
     stragglers: Vec<String>,
+    samples: u64,
+    seed: u64,
+    compute_jitter: Option<f64>,
+    comm_jitter: Option<f64>,
+    jitter_distribution: Option<String>,
 ) -> PyResult<String> {
     use flashoverlap::app::collective::{self as app, Error, Request, Text};
     let shown = |e: Error| match e {
@@ -240,6 +250,13 @@ fn collective(
         symmetry,
         stragglers: flashoverlap::scenario::Straggler::parse_all(&stragglers)
             .map_err(|e| PyValueError::new_err(format!("argument (stragglers): {e}")))?,
+        samples: app::Samples {
+            count: samples,
+            seed,
+            compute_cv: compute_jitter,
+            comm_cv: comm_jitter,
+            distribution: jitter_distribution,
+        },
         ..Request::parse(hardware, &text).map_err(shown)?
     };
     let out = py.detach(|| app::run(&req)).map_err(shown)?;

@@ -165,6 +165,12 @@ def test_collective_is_the_commands():
     assert slow.rows[0]["time_us"] > fast.rows[0]["time_us"]
     with pytest.raises(ValueError, match=r"argument \(stragglers\): straggler `x`"):
         fo.collective(stragglers=["x"], sizes="1MiB")
+    # Jittered samples: a spread per size, fixed by the seed.
+    a = fo.collective(**ring, samples=8, comm_jitter=0.1, seed=3)
+    b = fo.collective(**ring, samples=8, comm_jitter=0.1, seed=3)
+    spread = a.rows[0]["time_us_jittered"]
+    assert spread == b.rows[0]["time_us_jittered"] and spread["samples"] == 8
+    assert spread["min"] <= spread["p50"] <= spread["p90"] <= spread["p99"] <= spread["max"]
     exe = os.environ.get("FLASHOVERLAP_BIN")
     if exe:
         out = subprocess.run(

@@ -8,7 +8,7 @@ use crate::config::validate::MAX_CHANNELS;
 use crate::config::{self, ConfigError};
 use crate::cost::nccl::{self, Fabric, NcclAlgo, NcclColl, Protocol, Tuned};
 use crate::exec::sim::{self, SimOptions};
-use crate::scenario::{DType, Straggler};
+use crate::scenario::{DType, Straggler, VariabilityParams};
 use crate::strategy::collective::{
     self, Algorithm, CollectiveError, CollectiveOp, CollectiveSpec, NcclChannels,
 };
@@ -43,6 +43,70 @@ pub struct Request {
     pub symmetry: bool,
     /// Slower ranks or links (every rank is then simulated).
     pub stragglers: Vec<Straggler>,
+    /// Jittered samples of every size (none by default).
+    pub samples: Samples,
+}
+
+/// Jittered samples of each size, every rank simulated with its own seeded draws: how
+/// many, the seed, and the jitter (`None` fields: the profile's `[variability]`).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Samples {
+    pub count: u64,
+    pub seed: u64,
+    pub compute_cv: Option<f64>,
+    pub comm_cv: Option<f64>,
+    pub distribution: Option<String>,
+}
+
+/// One size's time over the jittered samples, µs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TimeSpread {
+    pub samples: u64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub min: f64,
+    pub max: f64,
+    pub mean: f64,
+}
+
+/// The jitter `s` asks for on `hw`; `None` without samples.
+fn jitter_of(
+    s: &Samples,
+    hw: &crate::scenario::Hardware,
+) -> Result<Option<VariabilityParams>, Error> {
+    if s.count == 0 {
+        if s.compute_cv.is_some() || s.comm_cv.is_some() || s.distribution.is_some() {
+            return Err(Error::input(
+                &["compute-jitter", "comm-jitter", "jitter-distribution"],
+                "they shape jittered samples; ask for at least one sample".into(),
+            ));
+        }
+        return Ok(None);
+    }
+    let base = hw.variability.as_ref();
+    if base.is_none() && s.compute_cv.is_none() && s.comm_cv.is_none() {
+        return Err(Error::input(
+            &["samples"],
+            format!(
+                "hardware profile `{}` has no [variability] section; give a compute and/or communication jitter",
+                hw.name
+            ),
+        ));
+    }
+    let f = crate::config::files::VariabilityFile {
+        distribution: s.distribution.clone().unwrap_or_else(|| {
+            base.map_or("lognormal", |b| b.distribution.name())
+                .to_string()
+        }),
+        compute_cv: s
+            .compute_cv
+            .unwrap_or_else(|| base.map_or(0.0, |b| b.compute_cv)),
+        comm_cv: s.comm_cv.unwrap_or_else(|| base.map_or(0.0, |b| b.comm_cv)),
+    };
+    crate::config::validate::variability("command line", "jitter", &f)
+        .map(Some)
+        .map_err(Error::Config)
 }
 
 impl Request {
@@ -64,6 +128,7 @@ impl Request {
             max_events: SimOptions::default().max_events,
             symmetry: true,
             stragglers: Vec::new(),
+            samples: Samples::default(),
         }
     }
 }
@@ -184,6 +249,7 @@ pub fn run(r: &Request) -> Result<Output, Error> {
         ));
     }
     let hw = config::load_hardware_sized(&r.hardware, None, r.nodes, r.gpus)?;
+    let jitter = jitter_of(&r.samples, &hw)?;
     let ranks = r.ranks.unwrap_or(hw.topology.gpu_count() as u32);
     hw.topology
         .require_gpus(ranks as usize)
@@ -291,6 +357,37 @@ pub fn run(r: &Request) -> Result<Output, Error> {
             .map(|o| o.shift);
         let ran = run_spec(&spec, shift, node_size, &hw, &opts)?;
         let t = ran.makespan;
+        // Samples: every rank simulated (generated where it can be) with its own draws,
+        // in parallel, collected in sample order (the same at any thread count).
+        let spread = match &jitter {
+            None => None,
+            Some(params) => {
+                use rayon::prelude::*;
+                let times = (0..r.samples.count)
+                    .into_par_iter()
+                    .map(|i| {
+                        let o = SimOptions {
+                            jitter: Some(sim::Jitter {
+                                params: params.clone(),
+                                seed: sim::variability::sample_seed(r.samples.seed, i),
+                            }),
+                            ..opts.clone()
+                        };
+                        run_spec(&spec, None, node_size, &hw, &o).map(|x| x.makespan)
+                    })
+                    .collect::<Result<Vec<f64>, Error>>()?;
+                let s = crate::simulate::Spread::of(times);
+                Some(TimeSpread {
+                    samples: r.samples.count,
+                    p50: round6(s.p50 * 1e6),
+                    p90: round6(s.p90 * 1e6),
+                    p99: round6(s.p99 * 1e6),
+                    min: round6(s.min * 1e6),
+                    max: round6(s.max * 1e6),
+                    mean: round6(s.mean * 1e6),
+                })
+            }
+        };
         let algbw = if t > 0.0 { bytes as f64 / t / 1e9 } else { 0.0 };
         rows.push(Row {
             size_bytes: bytes,
@@ -310,6 +407,7 @@ pub fn run(r: &Request) -> Result<Output, Error> {
             events: ran.events,
             simulated_ranks: shift.unwrap_or(ranks),
             plan: ran.plan,
+            time_us_jittered: spread,
         });
     }
     let avg_busbw = if rows.is_empty() {
@@ -329,6 +427,16 @@ pub fn run(r: &Request) -> Result<Output, Error> {
         hardware: hw.name.clone(),
         rows,
         stragglers: r.stragglers.iter().map(|s| s.to_string()).collect(),
+        jitter: jitter.map(|p| {
+            format!(
+                "{} samples, seed {}, {} jitter, cv compute {} comm {}",
+                r.samples.count,
+                r.samples.seed,
+                p.distribution.name(),
+                p.compute_cv,
+                p.comm_cv
+            )
+        }),
         avg_busbw,
     };
     Ok(out)
@@ -365,6 +473,9 @@ pub struct Row {
     /// orbits), `generated` (every rank, its ops made from a symmetric plan's as they
     /// run: memory follows what is in flight) or `stored` (every op built first).
     pub plan: &'static str,
+    /// The time over the jittered samples, when asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_us_jittered: Option<TimeSpread>,
 }
 
 /// One size's run: its makespan (seconds), events and how its plan ran.
@@ -445,6 +556,9 @@ pub struct Output {
     /// The stragglers of the run, as `--straggler` writes them (absent: none).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub stragglers: Vec<String>,
+    /// The jittered samples, described (absent: none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jitter: Option<String>,
     /// nccl-tests' footer: the mean busbw over the sizes.
     #[serde(rename = "avg_busbw_GB/s")]
     pub avg_busbw: f64,
@@ -671,6 +785,22 @@ fn table(o: &Output, topo: &str) -> String {
     s.push_str("#\n");
     if let Some(note) = generated_note(o) {
         s.push_str(&note);
+    }
+    if let Some(j) = &o.jitter {
+        s.push_str(&format!(
+            "# jittered ({j}; every rank simulated): time p50 / p90 / p99 (us)\n"
+        ));
+        for r in &o.rows {
+            if let Some(t) = &r.time_us_jittered {
+                s.push_str(&format!(
+                    "# {:>12}  {} / {} / {}\n",
+                    r.size_bytes,
+                    fmt_width(t.p50, 7),
+                    fmt_width(t.p90, 7),
+                    fmt_width(t.p99, 7)
+                ));
+            }
+        }
     }
     if let Some(note) = symmetric_note(o) {
         s.push_str(&note);

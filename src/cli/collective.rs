@@ -84,6 +84,23 @@ pub struct Args {
     /// rank is then simulated, as with --symmetry off.
     #[arg(long = "straggler")]
     pub stragglers: Vec<String>,
+    /// Also run each size this many times with seeded jitter (the profile's
+    /// `[variability]`, or --compute-jitter/--comm-jitter), every rank simulated, and
+    /// report its time's p50/p90/p99.
+    #[arg(long, default_value_t = 0)]
+    pub samples: u64,
+    /// Seed of the jittered samples (same seed, same numbers).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Coefficient of variation of compute-op times (overrides the profile's).
+    #[arg(long)]
+    pub compute_jitter: Option<f64>,
+    /// Coefficient of variation of message latency and bandwidth (overrides the profile's).
+    #[arg(long)]
+    pub comm_jitter: Option<f64>,
+    /// Jitter distribution: lognormal, normal or uniform (overrides the profile's).
+    #[arg(long)]
+    pub jitter_distribution: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -119,6 +136,13 @@ pub fn run(a: Args) -> Result<(), CliError> {
         symmetry: a.symmetry == Symmetry::Auto,
         stragglers: crate::scenario::Straggler::parse_all(&a.stragglers)
             .map_err(|e| CliError::input(format!("--straggler: {e}")))?,
+        samples: crate::app::collective::Samples {
+            count: a.samples,
+            seed: a.seed,
+            compute_cv: a.compute_jitter,
+            comm_cv: a.comm_jitter,
+            distribution: a.jitter_distribution.clone(),
+        },
         ..Request::parse(&a.hardware, &text).map_err(shown)?
     };
     let out = app::run(&req).map_err(shown)?;

@@ -469,13 +469,13 @@ fn collective_samples_spread_the_time_and_a_seed_fixes_them() {
         "--hardware",
         "ring-50gib",
         "--gpus",
-        "64",
+        "32",
         "--chunks",
         "4",
         "--sizes",
         "1MiB,64MiB",
         "--samples",
-        "16",
+        "8",
         "--comm-jitter",
         "0.1",
         "--seed",
@@ -505,23 +505,23 @@ fn collective_samples_spread_the_time_and_a_seed_fixes_them() {
         one["jitter"]
             .as_str()
             .unwrap()
-            .starts_with("16 samples, seed 7")
+            .starts_with("8 samples, seed 7")
     );
     for r in one["rows"].as_array().unwrap() {
         let t = r["time_us"].as_f64().unwrap();
         let j = &r["time_us_jittered"];
         let p = |k: &str| j[k].as_f64().unwrap();
-        assert_eq!(j["samples"], 16);
+        assert_eq!(j["samples"], 8);
         assert!(p("min") <= p("p50") && p("p50") <= p("p90") && p("p90") <= p("p99"));
         assert!(p("p99") <= p("max") && p("min") < p("max"), "{j}");
         // Within a third of the jitter-free time. (Jitter staggers the four chunks'
-        // rings, whose messages then overlap one another's latency: the samples run
-        // 10% (64 MiB) to 30% (1 MiB) faster than the lockstep jitter-free run, stored
-        // plans alike.)
+        // rings, whose messages then overlap one another's latency: here the samples'
+        // median runs 4% (64 MiB) and 24% (1 MiB) faster than the lockstep jitter-free
+        // run, stored plans alike.)
         assert!((p("p50") - t).abs() < t / 3.0, "p50 {} vs {t}", p("p50"));
     }
     let t = stdout(&args[..args.len() - 2]);
-    assert!(t.contains("# jittered (16 samples, seed 7, "), "{t}");
+    assert!(t.contains("# jittered (8 samples, seed 7, "), "{t}");
     let out = bin()
         .args(["collective", "--hardware", "ring-50gib", "--gpus", "64"])
         .args(["--sizes", "1MiB", "--comm-jitter", "0.1"])

@@ -223,6 +223,65 @@ pub(super) fn finish(b: PlanBuilder) -> Result<Plan, PlanError> {
     Ok(plan)
 }
 
+/// A P2P entry: (src, dst, tag, op, bytes).
+type P2pEntry = (u32, u32, u64, OpId, u64);
+
+/// The common case of [`match_p2p`] in linear time: sends grouped by tag (a counting
+/// sort: plans draw their tags from a dense counter), each recv finds the one send of its
+/// (src, dst) in its tag's group. `None` at the first sign of anything else (a tag range
+/// much wider than the sends, a crowded tag, a recv with no send or two, a size that
+/// differs, a send left over): [`match_p2p`] then sorts, and reports the error it finds.
+fn match_by_tag(sends: &[P2pEntry], recvs: &[P2pEntry], ops: usize) -> Option<Vec<OpId>> {
+    const CROWDED: usize = 64;
+    let tags = sends.iter().map(|e| e.2).max().map_or(0, |t| t + 1);
+    if tags > 8 * (sends.len() as u64 + 1024) {
+        return None;
+    }
+    let tags = tags as usize;
+    let mut start = vec![0u32; tags + 1];
+    for e in sends {
+        start[e.2 as usize + 1] += 1;
+    }
+    for t in 0..tags {
+        start[t + 1] += start[t];
+    }
+    let mut fill = start.clone();
+    let mut by_tag = vec![0u32; sends.len()];
+    for (i, e) in sends.iter().enumerate() {
+        by_tag[fill[e.2 as usize] as usize] = i as u32;
+        fill[e.2 as usize] += 1;
+    }
+    drop(fill);
+    let mut partner = vec![NO_PARTNER; ops];
+    for r in recvs {
+        if r.2 >= tags as u64 {
+            return None;
+        }
+        let t = r.2 as usize;
+        let group = &by_tag[start[t] as usize..start[t + 1] as usize];
+        if group.len() > CROWDED {
+            return None;
+        }
+        let mut found = None;
+        for &i in group {
+            let s = &sends[i as usize];
+            if (s.0, s.1) == (r.0, r.1) {
+                if found.is_some() {
+                    return None;
+                }
+                found = Some(s);
+            }
+        }
+        let s = found?;
+        if s.4 != r.4 || partner[s.3 as usize] != NO_PARTNER {
+            return None;
+        }
+        partner[s.3 as usize] = r.3;
+        partner[r.3 as usize] = s.3;
+    }
+    (recvs.len() == sends.len()).then_some(partner)
+}
+
 /// Match every recv with the send of the same (src, dst, tag), by sorting both sides on
 /// that key and walking them together (no hashing; the plan's op order decides which
 /// error is reported, never memory layout). Errors, in this order: a bad peer (first in
@@ -247,8 +306,8 @@ fn match_p2p(plan: &Plan) -> Result<Vec<OpId>, PlanError> {
     };
     // (src, dst, tag, op, bytes): a recv's src is its peer. The bytes ride along so
     // that the size check reads no op out of order (a cache miss each, in a large plan).
-    let mut sends: Vec<(u32, u32, u64, OpId, u64)> = Vec::new();
-    let mut recvs: Vec<(u32, u32, u64, OpId, u64)> = Vec::new();
+    let mut sends: Vec<P2pEntry> = Vec::new();
+    let mut recvs: Vec<P2pEntry> = Vec::new();
     // In a symmetric plan a send is keyed as its translate whose receiver is held.
     let canon = |src: u32, dst: u32| match plan.symmetry {
         Some(shift) => {
@@ -280,9 +339,23 @@ fn match_p2p(plan: &Plan) -> Result<Vec<OpId>, PlanError> {
     if let Some(e) = bad_recv_peer {
         return Err(e);
     }
+    if let Some(partner) = match_by_tag(&sends, &recvs, plan.ops.len()) {
+        return Ok(partner);
+    }
+    match_sorted(sends, recvs, plan.ops.len(), &|op| plan.label(op))
+}
+
+/// [`match_p2p`] by sorting both sides on (src, dst, tag) and walking them together: the
+/// partners, or the error that comes first in the order [`match_p2p`] gives.
+fn match_sorted(
+    mut sends: Vec<P2pEntry>,
+    mut recvs: Vec<P2pEntry>,
+    ops: usize,
+    label: &dyn Fn(OpId) -> String,
+) -> Result<Vec<OpId>, PlanError> {
     sends.sort_unstable();
     recvs.sort_unstable();
-    let key = |e: &(u32, u32, u64, OpId, u64)| (e.0, e.1, e.2);
+    let key = |e: &P2pEntry| (e.0, e.1, e.2);
     if let Some(w) = sends
         .windows(2)
         .filter(|w| key(&w[0]) == key(&w[1]))
@@ -294,7 +367,7 @@ fn match_p2p(plan: &Plan) -> Result<Vec<OpId>, PlanError> {
             tag: w[1].2,
         });
     }
-    let mut partner = vec![NO_PARTNER; plan.ops.len()];
+    let mut partner = vec![NO_PARTNER; ops];
     // The earliest failing recv: (op, error).
     let mut bad_recv: Option<(OpId, PlanError)> = None;
     let mut note = |op: OpId, e: PlanError| {
@@ -318,7 +391,7 @@ fn match_p2p(plan: &Plan) -> Result<Vec<OpId>, PlanError> {
                 r.3,
                 PlanError::UnmatchedRecv {
                     op: r.3,
-                    label: plan.label(r.3),
+                    label: label(r.3),
                     src: r.0,
                     tag: r.2,
                 },
@@ -352,7 +425,7 @@ fn match_p2p(plan: &Plan) -> Result<Vec<OpId>, PlanError> {
     {
         return Err(PlanError::UnmatchedSend {
             op: s,
-            label: plan.label(s),
+            label: label(s),
             dst,
             tag,
         });
@@ -608,5 +681,52 @@ mod tests {
             b.single(a, g, &[], T),
             Err(PlanError::TooLarge { .. })
         ));
+    }
+
+    proptest::proptest! {
+        /// Matching by tag agrees with the sort wherever it answers, and answers for
+        /// every well-formed set of messages it is meant for; where the sort finds an
+        /// error, matching by tag gives up (and the sort reports it).
+        #[test]
+        fn matching_by_tag_agrees_with_the_sort(
+            msgs in proptest::collection::vec((0u32..6, 1u32..6, 0u64..40, 1u64..4), 0..60),
+            drop_recv in proptest::option::of(0usize..60),
+            dup_send in proptest::option::of(0usize..60),
+            resize in proptest::option::of(0usize..60),
+        ) {
+            // Each message once, by key (a well-formed plan has one send per key).
+            let mut seen = std::collections::BTreeSet::new();
+            let msgs: Vec<_> = msgs
+                .into_iter()
+                .map(|(src, d, tag, b)| (src, (src + d) % 6, tag, b))
+                .filter(|&(src, dst, tag, _)| src != dst && seen.insert((src, dst, tag)))
+                .collect();
+            let (mut sends, mut recvs) = (Vec::new(), Vec::new());
+            let mut op = 0;
+            for (i, &(src, dst, tag, b)) in msgs.iter().enumerate() {
+                sends.push((src, dst, tag, op, b));
+                if dup_send == Some(i) {
+                    sends.push((src, dst, tag, op + 1, b));
+                }
+                if drop_recv != Some(i) {
+                    let b = if resize == Some(i) { b + 1 } else { b };
+                    recvs.push((src, dst, tag, op + 2, b));
+                }
+                op += 3;
+            }
+            // Both sides in op order, as match_p2p collects them.
+            let label = |op: OpId| format!("op {op}");
+            let sorted = match_sorted(sends.clone(), recvs.clone(), op as usize, &label);
+            let by_tag = match_by_tag(&sends, &recvs, op as usize);
+            let clean = drop_recv.is_none_or(|i| i >= msgs.len())
+                && dup_send.is_none_or(|i| i >= msgs.len())
+                && resize.is_none_or(|i| i >= msgs.len());
+            match (&sorted, &by_tag) {
+                (Ok(p), Some(q)) => proptest::prop_assert_eq!(p, q),
+                (Ok(_), None) => proptest::prop_assert!(false, "well-formed, not matched by tag"),
+                (Err(_), Some(_)) => proptest::prop_assert!(false, "an error matched by tag"),
+                (Err(_), None) => proptest::prop_assert!(!clean),
+            }
+        }
     }
 }

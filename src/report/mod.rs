@@ -494,7 +494,10 @@ fn ratio(x: f64) -> f64 {
 }
 
 fn site_rows(r: &crate::simulate::StrategyRun) -> (Vec<SiteRow>, Vec<SiteRow>) {
-    let sites = crate::timeline::metrics::site_metrics(&r.timeline, r.metrics.critical_rank);
+    let (sites, phases) = rayon::join(
+        || crate::timeline::metrics::site_metrics(&r.timeline, r.metrics.critical_rank),
+        || crate::timeline::metrics::phase_metrics(&r.timeline, r.metrics.critical_rank),
+    );
     let row = |name: &str, c: f64, m: f64, e: f64| SiteRow {
         name: name.to_string(),
         compute_us: us(c),
@@ -503,11 +506,10 @@ fn site_rows(r: &crate::simulate::StrategyRun) -> (Vec<SiteRow>, Vec<SiteRow>) {
     };
     // Phases from the timeline as unions of their sites' intervals, not sums of the
     // sites' figures (two sites communicating at once would count twice).
-    let phases: Vec<SiteRow> =
-        crate::timeline::metrics::phase_metrics(&r.timeline, r.metrics.critical_rank)
-            .iter()
-            .map(|x| row(&x.site, x.compute, x.comm, x.exposed_comm))
-            .collect();
+    let phases: Vec<SiteRow> = phases
+        .iter()
+        .map(|x| row(&x.site, x.compute, x.comm, x.exposed_comm))
+        .collect();
     let sites = sites
         .iter()
         .map(|x| row(&x.site, x.compute, x.comm, x.exposed_comm))

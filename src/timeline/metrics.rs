@@ -103,14 +103,62 @@ pub fn is_pipeline_stream(name: &str) -> bool {
 }
 
 pub fn rank_metrics(tl: &Timeline) -> Vec<RankMetrics> {
-    rank_metrics_of(
-        tl.ranks as usize,
-        &tl.streams,
-        tl.spans.iter().filter_map(|s| match s.lane {
-            Lane::Stream(st) => Some((st, s.class, s.start, s.end)),
-            Lane::Link(_) => None,
-        }),
-    )
+    // Gathered in parallel over slices of the spans, joined rank by rank in the slices'
+    // order: each rank's intervals in the timeline's order, as one pass would list them.
+    use rayon::prelude::*;
+    const SLICE: usize = 1 << 18;
+    let parts: Vec<Gathered> = tl
+        .spans
+        .par_chunks(SLICE)
+        .map(|ch| {
+            gather(
+                tl.ranks as usize,
+                &tl.streams,
+                ch.iter().filter_map(|s| match s.lane {
+                    Lane::Stream(st) => Some((st, s.class, s.start, s.end)),
+                    Lane::Link(_) => None,
+                }),
+            )
+        })
+        .collect();
+    measure_ranks(tl.ranks as usize, parts)
+}
+
+/// Per rank: its compute and communication intervals (pipeline streams left out) and the
+/// latest end of any of its spans.
+struct Gathered {
+    compute: Vec<Vec<(f64, f64)>>,
+    comm: Vec<Vec<(f64, f64)>>,
+    end: Vec<f64>,
+}
+
+fn gather(
+    n: usize,
+    streams: &[StreamInfo],
+    spans: impl Iterator<Item = (StreamId, OpClass, f64, f64)>,
+) -> Gathered {
+    let mut g = Gathered {
+        compute: vec![Vec::new(); n],
+        comm: vec![Vec::new(); n],
+        end: vec![0.0f64; n],
+    };
+    let piped: Vec<bool> = streams
+        .iter()
+        .map(|s| is_pipeline_stream(&s.name))
+        .collect();
+    for (st, class, start, stop) in spans {
+        let r = streams[st as usize].rank as usize;
+        g.end[r] = g.end[r].max(stop);
+        if piped[st as usize] {
+            continue;
+        }
+        if class.is_comm() {
+            g.comm[r].push((start, stop));
+        } else {
+            g.compute[r].push((start, stop));
+        }
+    }
+    g
 }
 
 /// [`rank_metrics`] of `n` ranks over the spans of streams `streams`, given as (stream,
@@ -120,32 +168,53 @@ fn rank_metrics_of(
     streams: &[StreamInfo],
     spans: impl Iterator<Item = (StreamId, OpClass, f64, f64)>,
 ) -> Vec<RankMetrics> {
-    let mut compute: Vec<Vec<(f64, f64)>> = vec![Vec::new(); n];
-    let mut comm: Vec<Vec<(f64, f64)>> = vec![Vec::new(); n];
-    let mut end = vec![0.0f64; n];
-    for (st, class, start, stop) in spans {
-        let r = streams[st as usize].rank as usize;
-        end[r] = end[r].max(stop);
-        if is_pipeline_stream(&streams[st as usize].name) {
-            continue;
+    measure_ranks(n, vec![gather(n, streams, spans)])
+}
+
+/// Each rank's figures from its intervals, gathered in `parts` (joined in their order).
+fn measure_ranks(n: usize, mut parts: Vec<Gathered>) -> Vec<RankMetrics> {
+    let (compute, comm, end) = if parts.len() == 1 {
+        let g = parts.pop().expect("one part");
+        (g.compute, g.comm, g.end)
+    } else {
+        let mut end = vec![0.0f64; n];
+        let mut compute = vec![Vec::new(); n];
+        let mut comm = vec![Vec::new(); n];
+        for r in 0..n {
+            let (mut c, mut m) = (0, 0);
+            for g in &parts {
+                end[r] = end[r].max(g.end[r]);
+                c += g.compute[r].len();
+                m += g.comm[r].len();
+            }
+            compute[r] = Vec::with_capacity(c);
+            comm[r] = Vec::with_capacity(m);
         }
-        if class.is_comm() {
-            comm[r].push((start, stop));
-        } else {
-            compute[r].push((start, stop));
+        for g in &mut parts {
+            for r in 0..n {
+                compute[r].append(&mut g.compute[r]);
+                comm[r].append(&mut g.comm[r]);
+            }
         }
-    }
-    (0..n)
-        .map(|r| {
-            let c = Intervals::from_unsorted(std::mem::take(&mut compute[r]));
-            let m = Intervals::from_unsorted(std::mem::take(&mut comm[r]));
+        (compute, comm, end)
+    };
+    // Rank by rank in parallel (an indexed collect keeps the ranks' order).
+    use rayon::prelude::*;
+    compute
+        .into_par_iter()
+        .zip(comm)
+        .zip(end)
+        .enumerate()
+        .map(|(r, ((compute, comm), end))| {
+            let c = Intervals::from_unsorted(compute);
+            let m = Intervals::from_unsorted(comm);
             let cm = m.measure();
             let exposed = subtract(&m, &c);
             let exposed_comm = exposed.measure();
             let compute = c.measure();
             RankMetrics {
                 rank: r as u32,
-                end: end[r],
+                end,
                 compute,
                 comm: cm,
                 exposed_comm,
@@ -355,12 +424,16 @@ fn group_metrics(
             }
         })
     };
+    // The rank's spans, picked out in parallel (in the timeline's order): a step's
+    // timeline holds millions of spans, a rank's a small share of them.
+    use rayon::prelude::*;
+    let mine: Vec<&super::Span> = tl
+        .spans
+        .par_iter()
+        .filter(|s| matches!(s.lane, Lane::Stream(st) if counted[st as usize]))
+        .collect();
     let mut spans: Vec<(usize, bool, f64, f64)> = Vec::new();
-    for s in &tl.spans {
-        let Lane::Stream(st) = s.lane else { continue };
-        if !counted[st as usize] {
-            continue;
-        }
+    for s in mine {
         let is_comm = s.class.is_comm();
         if !is_comm {
             all_compute.push((s.start, s.end));

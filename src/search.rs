@@ -734,10 +734,7 @@ fn simulate_all(
         sequential_makespan,
         sampling: None,
     };
-    let figures = report::rows(&sc, &run)
-        .into_iter()
-        .map(|r| r.figures)
-        .collect();
+    let figures = report::figures(&sc, &run);
     Ok(Some((figures, run.sequential_makespan)))
 }
 

@@ -628,38 +628,48 @@ pub fn rows(sc: &Scenario, run: &ScenarioRun) -> Vec<ResultRow> {
     run.runs
         .iter()
         .map(|r| {
-            let m = &r.metrics;
             let (sites, phases) = site_rows(r);
             ResultRow {
                 strategy: r.strategy.to_string(),
-                figures: Figures {
-                    makespan_us: us(m.makespan),
-                    compute_us: us(m.compute),
-                    comm_us: us(m.comm),
-                    exposed_comm_us: us(m.exposed_comm),
-                    max_exposed_comm_us: us(m.max_exposed_comm),
-                    overlap_efficiency_ratio: m.overlap_efficiency.map(ratio),
-                    mfu_ratio: m.mfu.map(ratio),
-                    speedup_vs_sequential_x: if m.makespan > 0.0 {
-                        ratio(run.sequential_makespan / m.makespan)
-                    } else {
-                        1.0
-                    },
-                    critical_rank: m.critical_rank,
-                    ops: r.plan.op_count() as u64,
-                    events: r.events,
-                    tokens_per_s: if m.makespan > 0.0 {
-                        ratio(tokens_run(sc) / m.makespan)
-                    } else {
-                        0.0
-                    },
-                    bubble_ratio: m.bubble.map(ratio),
-                },
+                figures: figures_of(sc, run, r),
                 sites,
                 phases,
             }
         })
         .collect()
+}
+
+/// Each run's figures, as [`rows`] gives them, without the per-site and per-phase rows
+/// (what a search ranks by: those take a pass over the timeline each).
+pub fn figures(sc: &Scenario, run: &ScenarioRun) -> Vec<Figures> {
+    run.runs.iter().map(|r| figures_of(sc, run, r)).collect()
+}
+
+fn figures_of(sc: &Scenario, run: &ScenarioRun, r: &crate::simulate::StrategyRun) -> Figures {
+    let m = &r.metrics;
+    Figures {
+        makespan_us: us(m.makespan),
+        compute_us: us(m.compute),
+        comm_us: us(m.comm),
+        exposed_comm_us: us(m.exposed_comm),
+        max_exposed_comm_us: us(m.max_exposed_comm),
+        overlap_efficiency_ratio: m.overlap_efficiency.map(ratio),
+        mfu_ratio: m.mfu.map(ratio),
+        speedup_vs_sequential_x: if m.makespan > 0.0 {
+            ratio(run.sequential_makespan / m.makespan)
+        } else {
+            1.0
+        },
+        critical_rank: m.critical_rank,
+        ops: r.plan.op_count() as u64,
+        events: r.events,
+        tokens_per_s: if m.makespan > 0.0 {
+            ratio(tokens_run(sc) / m.makespan)
+        } else {
+            0.0
+        },
+        bubble_ratio: m.bubble.map(ratio),
+    }
 }
 
 pub fn results_file(sc: &Scenario, run: &ScenarioRun) -> ResultsFile {

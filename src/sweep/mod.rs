@@ -256,8 +256,8 @@ pub fn run_point(grid: &Grid, p: u64, opts: &RunOptions) -> Result<Vec<Row>, Swe
             error: errors.iter().find(|(j, _)| *j == k).map(|(_, e)| e.clone()),
         })
         .collect();
-    for (k, r) in index.into_iter().zip(report::rows(&sc, &run)) {
-        rows[k].metrics = Some(r.figures.clone());
+    for (k, f) in index.into_iter().zip(report::figures(&sc, &run)) {
+        rows[k].metrics = Some(f);
     }
     Ok(rows)
 }

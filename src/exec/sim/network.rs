@@ -7,9 +7,6 @@
 
 use crate::topology::Topology;
 
-/// Components of more links than this find their tightest link by a heap.
-const HEAP_LINKS: usize = 16;
-
 #[derive(Debug, Clone)]
 pub(super) struct Flow {
     pub route_start: u32,
@@ -50,14 +47,6 @@ pub(super) struct Network {
     prev_rate: Vec<f64>,
     /// Scratch: the component's capped flows, by falling cap.
     capped: Vec<(f64, u32)>,
-    /// Scratch, for large components: (share, link) of each link whose share changed,
-    /// least first (entries whose link has moved on since are skipped when met).
-    shares:
-        std::collections::BinaryHeap<std::cmp::Reverse<(ordered_float::OrderedFloat<f64>, u32)>>,
-    /// Whether the current solve keeps `shares` (else it scans the component's links).
-    by_heap: bool,
-    /// Components of more links than this use `shares` ([`HEAP_LINKS`]; tests vary it).
-    heap_links: usize,
     /// Slots of released flows, reused by the next flows (memory follows the flows in
     /// flight, not every flow ever).
     free: Vec<u32>,
@@ -83,9 +72,6 @@ impl Network {
             frozen: Vec::new(),
             prev_rate: Vec::new(),
             capped: Vec::new(),
-            shares: std::collections::BinaryHeap::new(),
-            by_heap: false,
-            heap_links: HEAP_LINKS,
             free: Vec::new(),
             next_serial: 0,
         }
@@ -279,16 +265,6 @@ impl Network {
             b.0.total_cmp(&a.0)
                 .then(flows[b.1 as usize].serial.cmp(&flows[a.1 as usize].serial))
         });
-        // A large component finds its tightest link in a heap of the links' shares
-        // (pushed again whenever a freeze changes one); a small one scans its links.
-        // Both pick the least share, ties to the lowest link.
-        self.by_heap = self.comp_links.len() > self.heap_links;
-        self.shares.clear();
-        if self.by_heap {
-            for i in 0..self.comp_links.len() {
-                self.post_share(self.comp_links[i] as usize);
-            }
-        }
         let mut left = self.touched.len();
         while left > 0 {
             while self
@@ -299,22 +275,17 @@ impl Network {
                 self.capped.pop();
             }
             // The tightest link: smallest share (per unit of weight) of what is left.
-            let best = if self.by_heap {
-                self.least_share()
-            } else {
-                let mut best: Option<(f64, u32)> = None;
-                for &link in &self.comp_links {
-                    let u = self.unfrozen[link as usize];
-                    if u == 0 {
-                        continue;
-                    }
-                    let share = self.cap_left[link as usize] / u as f64;
-                    if share.is_finite() && best.is_none_or(|(b, _)| share < b) {
-                        best = Some((share, link));
-                    }
+            let mut best: Option<(f64, u32)> = None;
+            for &link in &self.comp_links {
+                let u = self.unfrozen[link as usize];
+                if u == 0 {
+                    continue;
                 }
-                best
-            };
+                let share = self.cap_left[link as usize] / u as f64;
+                if share.is_finite() && best.is_none_or(|(b, _)| share < b) {
+                    best = Some((share, link));
+                }
+            }
             let Some((share, link)) = best else {
                 // Only infinite links remain: those flows run at their own ceiling.
                 for &f in &self.touched {
@@ -364,41 +335,7 @@ impl Network {
             let l2 = self.route_links[j as usize] as usize;
             self.cap_left[l2] -= rate;
             self.unfrozen[l2] -= w;
-            if self.by_heap {
-                self.post_share(l2);
-            }
         }
-    }
-
-    /// Push link `l`'s current share, if it has unfrozen flows and a finite share.
-    fn post_share(&mut self, l: usize) {
-        let u = self.unfrozen[l];
-        if u == 0 {
-            return;
-        }
-        let share = self.cap_left[l] / u as f64;
-        if share.is_finite() {
-            self.shares.push(std::cmp::Reverse((
-                ordered_float::OrderedFloat(share),
-                l as u32,
-            )));
-        }
-    }
-
-    /// The least current share and its link (ties: the lowest link), entries no longer
-    /// current dropped on the way: what the scan over the component's links finds.
-    fn least_share(&mut self) -> Option<(f64, u32)> {
-        while let Some(&std::cmp::Reverse((s, l))) = self.shares.peek() {
-            let u = self.unfrozen[l as usize];
-            if u != 0 {
-                let share = self.cap_left[l as usize] / u as f64;
-                if share == s.0 {
-                    return Some((share, l));
-                }
-            }
-            self.shares.pop();
-        }
-        None
     }
 }
 
@@ -463,67 +400,5 @@ mod tests {
         net.activate(c, 0.0);
         assert!((net.flows[c as usize].rate - 40.0).abs() < 1e-9);
         assert!((net.flows[b as usize].rate - 50.0).abs() < 1e-9);
-    }
-
-    proptest::proptest! {
-        /// Finding the tightest link by heap gives every flow the same rate, bit for
-        /// bit, as scanning the component's links: least share first, ties to the
-        /// lowest link, on links of unequal capacity with capped and weighted flows
-        /// coming and going.
-        #[test]
-        fn heap_and_scan_solve_alike(
-            caps in proptest::collection::vec(1u32..5, 56),
-            flows in proptest::collection::vec(
-                (proptest::collection::vec(0u32..56, 1..5), proptest::option::of(1u32..200), 1u32..4),
-                1..40,
-            ),
-            finish_every in 2usize..6,
-        ) {
-            let link = LinkSpec { bandwidth: 100.0, latency: 0.0 };
-            let topo = Topology::full_mesh("m", 8, link).unwrap();
-            let nets: Vec<Network> = [0, usize::MAX]
-                .into_iter()
-                .map(|h| {
-                    let mut net = Network::new(&topo);
-                    net.heap_links = h;
-                    for (l, &c) in caps.iter().enumerate().take(net.capacity.len()) {
-                        net.capacity[l] = 25.0 * c as f64;
-                    }
-                    net
-                })
-                .collect();
-            let [mut a, mut b]: [Network; 2] = nets.try_into().ok().unwrap();
-            let n = a.capacity.len() as u32;
-            let mut live = Vec::new();
-            for (i, (route, cap, w)) in flows.iter().enumerate() {
-                let mut route: Vec<u32> = route.iter().map(|l| l % n).collect();
-                route.sort_unstable();
-                route.dedup();
-                let cap = cap.map_or(f64::INFINITY, |c| c as f64);
-                let t = i as f64 * 1e-3;
-                let mut ids = [0u32; 2];
-                for (k, net) in [&mut a, &mut b].into_iter().enumerate() {
-                    let start = net.route_links.len() as u32;
-                    net.route_links.extend_from_slice(&route);
-                    ids[k] = net.add_flow(start, route.len() as u32, 1e9, cap, *w);
-                    net.activate(ids[k], t);
-                }
-                proptest::prop_assert_eq!(ids[0], ids[1]);
-                live.push(ids[0]);
-                if i % finish_every == finish_every - 1 {
-                    let f = live.remove(live.len() / 2);
-                    a.finish(f, t);
-                    b.finish(f, t);
-                    a.release(f);
-                    b.release(f);
-                }
-                for &f in &live {
-                    proptest::prop_assert_eq!(
-                        a.flows[f as usize].rate.to_bits(),
-                        b.flows[f as usize].rate.to_bits()
-                    );
-                }
-            }
-        }
     }
 }

@@ -107,13 +107,16 @@ pub fn rank_metrics(tl: &Timeline) -> Vec<RankMetrics> {
     // order: each rank's intervals in the timeline's order, as one pass would list them.
     use rayon::prelude::*;
     const SLICE: usize = 1 << 18;
+    let n = tl.ranks as usize;
+    let piped = pipeline_streams(&tl.streams);
     let parts: Vec<Gathered> = tl
         .spans
         .par_chunks(SLICE)
         .map(|ch| {
             gather(
-                tl.ranks as usize,
+                n,
                 &tl.streams,
+                &piped,
                 ch.iter().filter_map(|s| match s.lane {
                     Lane::Stream(st) => Some((st, s.class, s.start, s.end)),
                     Lane::Link(_) => None,
@@ -121,7 +124,24 @@ pub fn rank_metrics(tl: &Timeline) -> Vec<RankMetrics> {
             )
         })
         .collect();
-    measure_ranks(tl.ranks as usize, parts)
+    let mut parts = parts.into_iter();
+    let mut all = parts.next().unwrap_or_else(|| Gathered::new(n));
+    for mut g in parts {
+        for r in 0..n {
+            all.end[r] = all.end[r].max(g.end[r]);
+            all.compute[r].append(&mut g.compute[r]);
+            all.comm[r].append(&mut g.comm[r]);
+        }
+    }
+    measure_ranks(all)
+}
+
+/// Per stream, whether it is a pipeline stream (left out of compute and communication).
+fn pipeline_streams(streams: &[StreamInfo]) -> Vec<bool> {
+    streams
+        .iter()
+        .map(|s| is_pipeline_stream(&s.name))
+        .collect()
 }
 
 /// Per rank: its compute and communication intervals (pipeline streams left out) and the
@@ -132,20 +152,23 @@ struct Gathered {
     end: Vec<f64>,
 }
 
+impl Gathered {
+    fn new(n: usize) -> Gathered {
+        Gathered {
+            compute: vec![Vec::new(); n],
+            comm: vec![Vec::new(); n],
+            end: vec![0.0f64; n],
+        }
+    }
+}
+
 fn gather(
     n: usize,
     streams: &[StreamInfo],
+    piped: &[bool],
     spans: impl Iterator<Item = (StreamId, OpClass, f64, f64)>,
 ) -> Gathered {
-    let mut g = Gathered {
-        compute: vec![Vec::new(); n],
-        comm: vec![Vec::new(); n],
-        end: vec![0.0f64; n],
-    };
-    let piped: Vec<bool> = streams
-        .iter()
-        .map(|s| is_pipeline_stream(&s.name))
-        .collect();
+    let mut g = Gathered::new(n);
     for (st, class, start, stop) in spans {
         let r = streams[st as usize].rank as usize;
         g.end[r] = g.end[r].max(stop);
@@ -168,36 +191,12 @@ fn rank_metrics_of(
     streams: &[StreamInfo],
     spans: impl Iterator<Item = (StreamId, OpClass, f64, f64)>,
 ) -> Vec<RankMetrics> {
-    measure_ranks(n, vec![gather(n, streams, spans)])
+    measure_ranks(gather(n, streams, &pipeline_streams(streams), spans))
 }
 
-/// Each rank's figures from its intervals, gathered in `parts` (joined in their order).
-fn measure_ranks(n: usize, mut parts: Vec<Gathered>) -> Vec<RankMetrics> {
-    let (compute, comm, end) = if parts.len() == 1 {
-        let g = parts.pop().expect("one part");
-        (g.compute, g.comm, g.end)
-    } else {
-        let mut end = vec![0.0f64; n];
-        let mut compute = vec![Vec::new(); n];
-        let mut comm = vec![Vec::new(); n];
-        for r in 0..n {
-            let (mut c, mut m) = (0, 0);
-            for g in &parts {
-                end[r] = end[r].max(g.end[r]);
-                c += g.compute[r].len();
-                m += g.comm[r].len();
-            }
-            compute[r] = Vec::with_capacity(c);
-            comm[r] = Vec::with_capacity(m);
-        }
-        for g in &mut parts {
-            for r in 0..n {
-                compute[r].append(&mut g.compute[r]);
-                comm[r].append(&mut g.comm[r]);
-            }
-        }
-        (compute, comm, end)
-    };
+/// Each rank's figures from its gathered intervals.
+fn measure_ranks(g: Gathered) -> Vec<RankMetrics> {
+    let Gathered { compute, comm, end } = g;
     // Rank by rank in parallel (an indexed collect keeps the ranks' order).
     use rayon::prelude::*;
     compute

@@ -107,7 +107,6 @@ impl Timeline {
                 flops: o.kind.flops(),
             })
             .collect_into_vec(&mut spans);
-        spans.reserve(sim.link_spans.len());
         // Only links that carried something get a lane, numbered in first-use order.
         let mut link_index = std::collections::HashMap::new();
         let mut links = Vec::new();

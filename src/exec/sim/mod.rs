@@ -566,7 +566,15 @@ impl<'p, P: Program, B: Book<P>> Engine<'p, P, B> {
         for l in self.book.ready_at_start(self.plan) {
             self.start_launch(l)?;
         }
-        while let Some((key, ev)) = self.queue.pop() {
+        loop {
+            // Every event of an instant handled: re-solve the flows' rates once for
+            // all the flows it started and finished.
+            if self.net.unsettled() && !self.queue.has_current() {
+                self.settle()?;
+            }
+            let Some((key, ev)) = self.queue.pop() else {
+                break;
+            };
             self.events += 1;
             if self.events > self.opts.max_events {
                 return Err(SimError::EventBudget {
@@ -772,12 +780,13 @@ impl<'p, P: Program, B: Book<P>> Engine<'p, P, B> {
         self.transfers[f as usize].started = self.now;
         let now = self.now;
         self.net.activate(f, now);
-        self.reschedule_touched()?;
         self.moving(f, 1)
     }
 
-    /// Schedule the completion of every flow the last re-solve touched.
-    fn reschedule_touched(&mut self) -> Result<(), SimError> {
+    /// Re-solve the rates the instant's flow starts and ends changed, and schedule the
+    /// completion of every flow whose rate moved.
+    fn settle(&mut self) -> Result<(), SimError> {
+        self.net.settle(self.now);
         let flows = std::mem::take(&mut self.net.touched);
         let r = self.reschedule(&flows);
         self.net.touched = flows;
@@ -811,8 +820,7 @@ impl<'p, P: Program, B: Book<P>> Engine<'p, P, B> {
                 });
             }
         }
-        self.net.finish(f, now);
-        self.reschedule_touched()?;
+        self.net.finish(f);
         self.moving(f, -1)?;
         self.transfer_done(f)
     }

@@ -1,7 +1,8 @@
 //! Flows on links, with bandwidth shared max-min fairly among the flows on each link.
 //!
 //! A rate change is re-solved only for the *component* the change touches: the flows
-//! transitively sharing a link with it. Progressive filling inside the component: the
+//! transitively sharing a link with it, and once per instant (the engine settles after
+//! the last event of a time), however many flows started and ended in it. Progressive filling inside the component: the
 //! link with the smallest fair share fixes the rate of its flows, their bandwidth is
 //! subtracted everywhere else on their routes, and so on.
 
@@ -42,6 +43,12 @@ pub(super) struct Network {
     pub touched: Vec<u32>,
     cap_left: Vec<f64>,
     unfrozen: Vec<u32>,
+    /// Per link, its place in `comp_links` (valid for the component being solved).
+    comp_pos: Vec<u32>,
+    /// Per place in `comp_links`, the link's current fair share per unit of weight
+    /// (`+inf` once it has no unfrozen flow, or when the share is not finite): worked
+    /// out when a freeze changes it, so finding the tightest link divides nothing.
+    share: Vec<f64>,
     frozen: Vec<bool>,
     /// Per flow, its rate before the current solve.
     prev_rate: Vec<f64>,
@@ -51,6 +58,8 @@ pub(super) struct Network {
     /// flight, not every flow ever).
     free: Vec<u32>,
     next_serial: u64,
+    /// Links of the flows started or finished since the last settle (repeats allowed).
+    dirty: Vec<u32>,
 }
 
 impl Network {
@@ -69,11 +78,14 @@ impl Network {
             touched: Vec::new(),
             cap_left: vec![0.0; n],
             unfrozen: vec![0; n],
+            comp_pos: vec![0; n],
+            share: Vec::new(),
             frozen: Vec::new(),
             prev_rate: Vec::new(),
             capped: Vec::new(),
             free: Vec::new(),
             next_serial: 0,
+            dirty: Vec::new(),
         }
     }
 
@@ -143,9 +155,8 @@ impl Network {
         self.free.push(f);
     }
 
-    /// Put flow `f` on its links at time `now`; returns the flows whose rate the re-solve
-    /// changed (the others keep their completion times).
-    pub fn activate(&mut self, f: u32, now: f64) -> &[u32] {
+    /// Put flow `f` on its links. Rates are not re-solved until [`Network::settle`].
+    pub fn activate(&mut self, f: u32, now: f64) {
         {
             let fl = &mut self.flows[f as usize];
             fl.active = true;
@@ -161,13 +172,12 @@ impl Network {
             self.on_link[link as usize].push(f);
             self.weight_on[link as usize] += w;
         }
-        self.solve_from_links(s, l, now);
-        &self.touched
+        self.dirty.extend_from_slice(&self.route_links[s..s + l]);
     }
 
-    /// Take finished flow `f` off its links; returns the flows whose rate the re-solve
-    /// changed.
-    pub fn finish(&mut self, f: u32, now: f64) -> &[u32] {
+    /// Take finished flow `f` off its links. Rates are not re-solved until
+    /// [`Network::settle`].
+    pub fn finish(&mut self, f: u32) {
         let (s, l, w) = {
             let fl = &mut self.flows[f as usize];
             fl.active = false;
@@ -182,7 +192,28 @@ impl Network {
                 v.remove(p);
             }
         }
-        self.solve_from_links(s, l, now);
+        self.dirty.extend_from_slice(&self.route_links[s..s + l]);
+    }
+
+    /// Whether flows started or finished since the last [`Network::settle`].
+    pub fn unsettled(&self) -> bool {
+        !self.dirty.is_empty()
+    }
+
+    /// Re-solve, at time `now`, every component a flow started or finished on since
+    /// the last settle; returns the flows whose rate changed (the others keep their
+    /// completion times).
+    ///
+    /// The engine settles once per instant, after every event of that instant: flows
+    /// that start or end together (a ring step's on every rank) cost one solve, not one
+    /// each. The rates are those of the instant's last membership either way (a solve's
+    /// result depends only on its component's flows), and no time passes between
+    /// solves of one instant, so no bytes move at the intermediate rates.
+    pub fn settle(&mut self, now: f64) -> &[u32] {
+        let mut seeds = std::mem::take(&mut self.dirty);
+        self.solve_from_links(&seeds, now);
+        seeds.clear();
+        self.dirty = seeds;
         &self.touched
     }
 
@@ -196,13 +227,12 @@ impl Network {
         self.epoch
     }
 
-    /// Re-solve the component reachable from route links `route_links[s..s+l]`.
-    fn solve_from_links(&mut self, s: usize, l: usize, now: f64) {
+    /// Re-solve the components reachable from `seeds` (link ids).
+    fn solve_from_links(&mut self, seeds: &[u32], now: f64) {
         let epoch = self.next_epoch();
         self.comp_links.clear();
         self.touched.clear();
-        for i in s..s + l {
-            let link = self.route_links[i];
+        for &link in seeds {
             if self.link_stamp[link as usize] != epoch {
                 self.link_stamp[link as usize] = epoch;
                 self.comp_links.push(link);
@@ -247,9 +277,14 @@ impl Network {
         self.touched
             .sort_unstable_by_key(|&f| flows[f as usize].serial);
         self.comp_links.sort_unstable();
-        for &link in &self.comp_links {
-            self.cap_left[link as usize] = self.capacity[link as usize];
-            self.unfrozen[link as usize] = self.weight_on[link as usize];
+        self.share.clear();
+        for (i, &link) in self.comp_links.iter().enumerate() {
+            let l = link as usize;
+            self.cap_left[l] = self.capacity[l];
+            self.unfrozen[l] = self.weight_on[l];
+            self.comp_pos[l] = i as u32;
+            self.share
+                .push(share_of(self.cap_left[l], self.unfrozen[l]));
         }
         // Caps per unit of weight, comparable with a link's fair share.
         self.capped.clear();
@@ -274,18 +309,17 @@ impl Network {
             {
                 self.capped.pop();
             }
-            // The tightest link: smallest share (per unit of weight) of what is left.
-            let mut best: Option<(f64, u32)> = None;
-            for &link in &self.comp_links {
-                let u = self.unfrozen[link as usize];
-                if u == 0 {
-                    continue;
-                }
-                let share = self.cap_left[link as usize] / u as f64;
-                if share.is_finite() && best.is_none_or(|(b, _)| share < b) {
-                    best = Some((share, link));
-                }
-            }
+            // The tightest link: smallest share (per unit of weight) of what is left,
+            // ties to the first (lowest) link.
+            let least = self.share.iter().copied().fold(f64::INFINITY, f64::min);
+            let best = (least < f64::INFINITY).then(|| {
+                let i = self
+                    .share
+                    .iter()
+                    .position(|&x| x == least)
+                    .expect("the least");
+                (least, self.comp_links[i])
+            });
             let Some((share, link)) = best else {
                 // Only infinite links remain: those flows run at their own ceiling.
                 for &f in &self.touched {
@@ -335,14 +369,27 @@ impl Network {
             let l2 = self.route_links[j as usize] as usize;
             self.cap_left[l2] -= rate;
             self.unfrozen[l2] -= w;
+            self.share[self.comp_pos[l2] as usize] = share_of(self.cap_left[l2], self.unfrozen[l2]);
         }
     }
+}
+
+/// A link's fair share per unit of weight, `cap_left` over `unfrozen` units; `+inf` for
+/// a link with no unfrozen flow or no finite share (it never is the tightest).
+#[inline]
+fn share_of(cap_left: f64, unfrozen: u32) -> f64 {
+    if unfrozen == 0 {
+        return f64::INFINITY;
+    }
+    let s = cap_left / unfrozen as f64;
+    if s.is_finite() { s } else { f64::INFINITY }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::topology::{LinkSpec, Topology};
+    use proptest::prelude::*;
 
     /// A released flow's slot is reused with a later version (its stale completion
     /// events stay stale), and ties break by creation order, not by slot.
@@ -357,7 +404,9 @@ mod tests {
         net.route_links.push(0);
         let a = net.add_flow(0, 1, 1e9, f64::INFINITY, 1);
         net.activate(a, 0.0);
-        net.finish(a, 1.0);
+        net.settle(0.0);
+        net.finish(a);
+        net.settle(1.0);
         let old = net.flows[a as usize].version;
         net.release(a);
         let b = net.add_flow(0, 1, 1e9, f64::INFINITY, 1);
@@ -368,6 +417,7 @@ mod tests {
         // b (slot 0) and c (slot 1) both touched: listed by creation order.
         net.activate(c, 2.0);
         net.activate(b, 2.0);
+        net.settle(2.0);
         let t = net.touched.clone();
         assert!(t.len() == 2 && net.flows[t[0] as usize].serial < net.flows[t[1] as usize].serial);
         assert_eq!(net.flows.len(), 2, "memory follows the flows in flight");
@@ -392,13 +442,84 @@ mod tests {
         let b = net.add_flow(0, 1, 1e9, f64::INFINITY, 1);
         net.activate(a, 0.0);
         net.activate(b, 0.0);
+        net.settle(0.0);
         assert!((net.flows[a as usize].rate - 60.0).abs() < 1e-9);
         assert!((net.flows[b as usize].rate - 30.0).abs() < 1e-9);
         // Capped at 40 for its two channels: 20 each, below the fair 30.
         let c = net.add_flow(0, 1, 1e9, 40.0, 2);
-        net.finish(a, 0.0);
+        net.finish(a);
         net.activate(c, 0.0);
+        net.settle(0.0);
         assert!((net.flows[c as usize].rate - 40.0).abs() < 1e-9);
         assert!((net.flows[b as usize].rate - 50.0).abs() < 1e-9);
+    }
+
+    proptest! {
+        /// Settling once after an instant's starts and ends gives every flow the rate,
+        /// bit for bit, and the bytes left that settling after each of them gives:
+        /// unequal links, routes of one to three links, caps and weights, some flows
+        /// running from an earlier instant.
+        #[test]
+        fn one_settle_per_instant_is_a_settle_per_change(
+            caps in proptest::collection::vec(1u32..100, 12),
+            flows in proptest::collection::vec(
+                (proptest::collection::vec(0u32..12, 1..4), proptest::option::of(1u32..200), 1u32..4, 1u32..1000),
+                1..14,
+            ),
+            early in proptest::collection::vec(any::<bool>(), 14),
+            order in proptest::collection::vec(0usize..14, 0..20),
+        ) {
+            let link = LinkSpec { bandwidth: 1.0, latency: 0.0 };
+            let topo = Topology::full_mesh("m", 4, link).unwrap();
+            prop_assert_eq!(topo.link_count(), 12);
+            // Both networks see the same flows; `each` settles after every change.
+            let build = || {
+                let mut net = Network::new(&topo);
+                for (l, &c) in caps.iter().enumerate() {
+                    net.capacity[l] = f64::from(c);
+                }
+                for (route, cap, weight, bytes) in &flows {
+                    let start = net.route_links.len() as u32;
+                    net.route_links.extend_from_slice(route);
+                    net.add_flow(start, route.len() as u32, f64::from(*bytes), cap.map_or(f64::INFINITY, f64::from), *weight);
+                }
+                // The earlier instant: some flows start, settled.
+                for (f, _) in early.iter().enumerate().take(flows.len()).filter(|e| *e.1) {
+                    net.activate(f as u32, 0.0);
+                }
+                net.settle(0.0);
+                net
+            };
+            let (mut once, mut each) = (build(), build());
+            // The instant at t = 1: each listed flow starts if idle (and never ran),
+            // finishes if running.
+            let mut ran = vec![false; flows.len()];
+            for &i in &order {
+                let f = i % flows.len();
+                let running = once.flows[f].active;
+                prop_assert_eq!(running, each.flows[f].active);
+                if running {
+                    once.finish(f as u32);
+                    each.finish(f as u32);
+                } else if !early[f] && !ran[f] {
+                    ran[f] = true;
+                    once.activate(f as u32, 1.0);
+                    each.activate(f as u32, 1.0);
+                } else {
+                    continue;
+                }
+                each.settle(1.0);
+            }
+            once.settle(1.0);
+            prop_assert!(!once.unsettled() && !each.unsettled());
+            for f in 0..flows.len() {
+                let (a, b) = (&once.flows[f], &each.flows[f]);
+                prop_assert_eq!(a.active, b.active);
+                if a.active {
+                    prop_assert_eq!(a.rate.to_bits(), b.rate.to_bits(), "flow {} rate", f);
+                    prop_assert_eq!(a.remaining.to_bits(), b.remaining.to_bits(), "flow {} bytes", f);
+                }
+            }
+        }
     }
 }

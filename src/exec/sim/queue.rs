@@ -77,6 +77,12 @@ impl<T: Copy> RadixQueue<T> {
         self.len
     }
 
+    /// Whether an entry at the time last popped is still queued (entries at later
+    /// times never count: pushes at the current time join the current run).
+    pub fn has_current(&self) -> bool {
+        self.head < self.run.len()
+    }
+
     /// Keep only the entries `keep` accepts. Each stays in its bucket (a bucket depends
     /// on the key and the current time, neither of which changes) and the current run
     /// keeps its order, so the pop order of the rest is unchanged.
@@ -234,6 +240,10 @@ mod tests {
                     h.push(Reverse((key, seq)));
                 }
                 prop_assert_eq!(q.len(), h.len());
+                // An entry at the time last popped is left exactly when the heap's
+                // smallest is at that time.
+                let at_now = h.peek().is_some_and(|Reverse((k, _))| (k >> 64) as u64 == now);
+                prop_assert_eq!(q.has_current(), at_now);
             }
         }
 

@@ -43,12 +43,6 @@ pub(super) struct Network {
     pub touched: Vec<u32>,
     cap_left: Vec<f64>,
     unfrozen: Vec<u32>,
-    /// Per link, its place in `comp_links` (valid for the component being solved).
-    comp_pos: Vec<u32>,
-    /// Per place in `comp_links`, the link's current fair share per unit of weight
-    /// (`+inf` once it has no unfrozen flow, or when the share is not finite): worked
-    /// out when a freeze changes it, so finding the tightest link divides nothing.
-    share: Vec<f64>,
     frozen: Vec<bool>,
     /// Per flow, its rate before the current solve.
     prev_rate: Vec<f64>,
@@ -78,8 +72,6 @@ impl Network {
             touched: Vec::new(),
             cap_left: vec![0.0; n],
             unfrozen: vec![0; n],
-            comp_pos: vec![0; n],
-            share: Vec::new(),
             frozen: Vec::new(),
             prev_rate: Vec::new(),
             capped: Vec::new(),
@@ -277,14 +269,9 @@ impl Network {
         self.touched
             .sort_unstable_by_key(|&f| flows[f as usize].serial);
         self.comp_links.sort_unstable();
-        self.share.clear();
-        for (i, &link) in self.comp_links.iter().enumerate() {
-            let l = link as usize;
-            self.cap_left[l] = self.capacity[l];
-            self.unfrozen[l] = self.weight_on[l];
-            self.comp_pos[l] = i as u32;
-            self.share
-                .push(share_of(self.cap_left[l], self.unfrozen[l]));
+        for &link in &self.comp_links {
+            self.cap_left[link as usize] = self.capacity[link as usize];
+            self.unfrozen[link as usize] = self.weight_on[link as usize];
         }
         // Caps per unit of weight, comparable with a link's fair share.
         self.capped.clear();
@@ -309,17 +296,18 @@ impl Network {
             {
                 self.capped.pop();
             }
-            // The tightest link: smallest share (per unit of weight) of what is left,
-            // ties to the first (lowest) link.
-            let least = self.share.iter().copied().fold(f64::INFINITY, f64::min);
-            let best = (least < f64::INFINITY).then(|| {
-                let i = self
-                    .share
-                    .iter()
-                    .position(|&x| x == least)
-                    .expect("the least");
-                (least, self.comp_links[i])
-            });
+            // The tightest link: smallest share (per unit of weight) of what is left.
+            let mut best: Option<(f64, u32)> = None;
+            for &link in &self.comp_links {
+                let u = self.unfrozen[link as usize];
+                if u == 0 {
+                    continue;
+                }
+                let share = self.cap_left[link as usize] / u as f64;
+                if share.is_finite() && best.is_none_or(|(b, _)| share < b) {
+                    best = Some((share, link));
+                }
+            }
             let Some((share, link)) = best else {
                 // Only infinite links remain: those flows run at their own ceiling.
                 for &f in &self.touched {
@@ -369,20 +357,8 @@ impl Network {
             let l2 = self.route_links[j as usize] as usize;
             self.cap_left[l2] -= rate;
             self.unfrozen[l2] -= w;
-            self.share[self.comp_pos[l2] as usize] = share_of(self.cap_left[l2], self.unfrozen[l2]);
         }
     }
-}
-
-/// A link's fair share per unit of weight, `cap_left` over `unfrozen` units; `+inf` for
-/// a link with no unfrozen flow or no finite share (it never is the tightest).
-#[inline]
-fn share_of(cap_left: f64, unfrozen: u32) -> f64 {
-    if unfrozen == 0 {
-        return f64::INFINITY;
-    }
-    let s = cap_left / unfrozen as f64;
-    if s.is_finite() { s } else { f64::INFINITY }
 }
 
 #[cfg(test)]

@@ -54,6 +54,8 @@ pub(super) struct Network {
     next_serial: u64,
     /// Links of the flows started or finished since the last settle (repeats allowed).
     dirty: Vec<u32>,
+    /// Scratch: the flows a settle changed, over all its components.
+    changed: Vec<u32>,
 }
 
 impl Network {
@@ -78,6 +80,7 @@ impl Network {
             free: Vec::new(),
             next_serial: 0,
             dirty: Vec::new(),
+            changed: Vec::new(),
         }
     }
 
@@ -203,7 +206,22 @@ impl Network {
     /// solves of one instant, so no bytes move at the intermediate rates.
     pub fn settle(&mut self, now: f64) -> &[u32] {
         let mut seeds = std::mem::take(&mut self.dirty);
-        self.solve_from_links(&seeds, now);
+        let epoch = self.next_epoch();
+        let mut changed = std::mem::take(&mut self.changed);
+        changed.clear();
+        // Each component on its own (solved together, disjoint components would make
+        // every round of the filling scan all of their links).
+        for &seed in &seeds {
+            if self.link_stamp[seed as usize] == epoch {
+                continue;
+            }
+            self.link_stamp[seed as usize] = epoch;
+            self.comp_links.clear();
+            self.comp_links.push(seed);
+            self.solve_component(epoch, now);
+            changed.extend_from_slice(&self.touched);
+        }
+        self.changed = std::mem::replace(&mut self.touched, changed);
         seeds.clear();
         self.dirty = seeds;
         &self.touched
@@ -219,17 +237,10 @@ impl Network {
         self.epoch
     }
 
-    /// Re-solve the components reachable from `seeds` (link ids).
-    fn solve_from_links(&mut self, seeds: &[u32], now: f64) {
-        let epoch = self.next_epoch();
-        self.comp_links.clear();
+    /// Re-solve the component of the links in `comp_links` (stamped with `epoch`): its
+    /// flows' rates; `touched` ends as those whose rate changed.
+    fn solve_component(&mut self, epoch: u32, now: f64) {
         self.touched.clear();
-        for &link in seeds {
-            if self.link_stamp[link as usize] != epoch {
-                self.link_stamp[link as usize] = epoch;
-                self.comp_links.push(link);
-            }
-        }
         // Breadth-first over link → flows → links.
         let mut li = 0;
         while li < self.comp_links.len() {

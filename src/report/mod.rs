@@ -494,10 +494,13 @@ fn ratio(x: f64) -> f64 {
 }
 
 fn site_rows(r: &crate::simulate::StrategyRun) -> (Vec<SiteRow>, Vec<SiteRow>) {
-    let (sites, phases) = rayon::join(
-        || crate::timeline::metrics::site_metrics(&r.timeline, r.metrics.critical_rank),
-        || crate::timeline::metrics::phase_metrics(&r.timeline, r.metrics.critical_rank),
-    );
+    let sites = || crate::timeline::metrics::site_metrics(&r.timeline, r.metrics.critical_rank);
+    let phases = || crate::timeline::metrics::phase_metrics(&r.timeline, r.metrics.critical_rank);
+    let (sites, phases) = if r.timeline.spans.len() < crate::timeline::PARALLEL_MIN {
+        (sites(), phases())
+    } else {
+        rayon::join(sites, phases)
+    };
     let row = |name: &str, c: f64, m: f64, e: f64| SiteRow {
         name: name.to_string(),
         compute_us: us(c),

@@ -109,21 +109,22 @@ pub fn rank_metrics(tl: &Timeline) -> Vec<RankMetrics> {
     const SLICE: usize = 1 << 18;
     let n = tl.ranks as usize;
     let piped = pipeline_streams(&tl.streams);
-    let parts: Vec<Gathered> = tl
-        .spans
-        .par_chunks(SLICE)
-        .map(|ch| {
-            gather(
-                n,
-                &tl.streams,
-                &piped,
-                ch.iter().filter_map(|s| match s.lane {
-                    Lane::Stream(st) => Some((st, s.class, s.start, s.end)),
-                    Lane::Link(_) => None,
-                }),
-            )
-        })
-        .collect();
+    let slice = |ch: &[super::Span]| {
+        gather(
+            n,
+            &tl.streams,
+            &piped,
+            ch.iter().filter_map(|s| match s.lane {
+                Lane::Stream(st) => Some((st, s.class, s.start, s.end)),
+                Lane::Link(_) => None,
+            }),
+        )
+    };
+    let parts: Vec<Gathered> = if tl.spans.len() < super::PARALLEL_MIN {
+        vec![slice(&tl.spans)]
+    } else {
+        tl.spans.par_chunks(SLICE).map(slice).collect()
+    };
     let mut parts = parts.into_iter();
     let mut all = parts.next().unwrap_or_else(|| Gathered::new(n));
     for mut g in parts {
@@ -199,29 +200,42 @@ fn measure_ranks(g: Gathered) -> Vec<RankMetrics> {
     let Gathered { compute, comm, end } = g;
     // Rank by rank in parallel (an indexed collect keeps the ranks' order).
     use rayon::prelude::*;
-    compute
-        .into_par_iter()
-        .zip(comm)
-        .zip(end)
-        .enumerate()
-        .map(|(r, ((compute, comm), end))| {
-            let c = Intervals::from_unsorted(compute);
-            let m = Intervals::from_unsorted(comm);
-            let cm = m.measure();
-            let exposed = subtract(&m, &c);
-            let exposed_comm = exposed.measure();
-            let compute = c.measure();
-            RankMetrics {
-                rank: r as u32,
-                end,
-                compute,
-                comm: cm,
-                exposed_comm,
-                exposed,
-                busy: compute + exposed_comm,
-            }
-        })
-        .collect()
+    let small = compute.len() < 64;
+    type Rank = (usize, ((Vec<(f64, f64)>, Vec<(f64, f64)>), f64));
+    let rank = |(r, ((compute, comm), end)): Rank| {
+        let c = Intervals::from_unsorted(compute);
+        let m = Intervals::from_unsorted(comm);
+        let cm = m.measure();
+        let exposed = subtract(&m, &c);
+        let exposed_comm = exposed.measure();
+        let compute = c.measure();
+        RankMetrics {
+            rank: r as u32,
+            end,
+            compute,
+            comm: cm,
+            exposed_comm,
+            exposed,
+            busy: compute + exposed_comm,
+        }
+    };
+    if small {
+        compute
+            .into_iter()
+            .zip(comm)
+            .zip(end)
+            .enumerate()
+            .map(rank)
+            .collect()
+    } else {
+        compute
+            .into_par_iter()
+            .zip(comm)
+            .zip(end)
+            .enumerate()
+            .map(rank)
+            .collect()
+    }
 }
 
 /// `a \ b` for sorted disjoint interval sets.
@@ -426,11 +440,12 @@ fn group_metrics(
     // The rank's spans, picked out in parallel (in the timeline's order): a step's
     // timeline holds millions of spans, a rank's a small share of them.
     use rayon::prelude::*;
-    let mine: Vec<&super::Span> = tl
-        .spans
-        .par_iter()
-        .filter(|s| matches!(s.lane, Lane::Stream(st) if counted[st as usize]))
-        .collect();
+    let keep = |s: &&super::Span| matches!(s.lane, Lane::Stream(st) if counted[st as usize]);
+    let mine: Vec<&super::Span> = if tl.spans.len() < super::PARALLEL_MIN {
+        tl.spans.iter().filter(keep).collect()
+    } else {
+        tl.spans.par_iter().filter(keep).collect()
+    };
     let mut spans: Vec<(usize, bool, f64, f64)> = Vec::new();
     for s in mine {
         let is_comm = s.class.is_comm();

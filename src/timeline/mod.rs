@@ -5,6 +5,10 @@
 pub mod file;
 pub mod metrics;
 
+/// Spans (or ranks) below this many are worked through on the calling thread: handing
+/// a small timeline to the thread pool costs more than it saves.
+pub(crate) const PARALLEL_MIN: usize = 1 << 15;
+
 use crate::exec::sim::SimResult;
 use crate::plan::{OpClass, OpId, OpLabel, Plan, Scope, ScopeMark, StreamInfo};
 use crate::topology::Topology;
@@ -90,23 +94,30 @@ impl Timeline {
     ) -> Timeline {
         // In parallel (an indexed collect: the order is the ops'), so that a plan of
         // millions of ops has its spans written, and their pages touched, on every core.
+        // A small plan stays on this thread (handing it to the pool costs more).
         use rayon::prelude::*;
         let mut spans: Vec<Span> = Vec::with_capacity(plan.op_count() + sim.link_spans.len());
-        plan.ops
-            .par_iter()
-            .zip(&sim.times[..plan.ops.len()])
-            .enumerate()
-            .map(|(id, (o, t))| Span {
-                lane: Lane::Stream(o.stream),
-                op: id as OpId,
-                class: o.kind.class(),
-                label: SpanLabel::Op(plan.op_label(id as OpId)),
-                start: t.start,
-                end: t.end,
-                bytes: o.kind.bytes(),
-                flops: o.kind.flops(),
-            })
-            .collect_into_vec(&mut spans);
+        let span = |(id, (o, t)): (usize, (&crate::plan::Op, &crate::exec::sim::OpTimes))| Span {
+            lane: Lane::Stream(o.stream),
+            op: id as OpId,
+            class: o.kind.class(),
+            label: SpanLabel::Op(plan.op_label(id as OpId)),
+            start: t.start,
+            end: t.end,
+            bytes: o.kind.bytes(),
+            flops: o.kind.flops(),
+        };
+        let times = &sim.times[..plan.ops.len()];
+        if plan.ops.len() < PARALLEL_MIN {
+            spans.extend(plan.ops.iter().zip(times).enumerate().map(span));
+        } else {
+            plan.ops
+                .par_iter()
+                .zip(times)
+                .enumerate()
+                .map(span)
+                .collect_into_vec(&mut spans);
+        }
         // Only links that carried something get a lane, numbered in first-use order.
         let mut link_index = std::collections::HashMap::new();
         let mut links = Vec::new();

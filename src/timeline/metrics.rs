@@ -198,9 +198,11 @@ fn rank_metrics_of(
 /// Each rank's figures from its gathered intervals.
 fn measure_ranks(g: Gathered) -> Vec<RankMetrics> {
     let Gathered { compute, comm, end } = g;
-    // Rank by rank in parallel (an indexed collect keeps the ranks' order).
+    // Rank by rank in parallel (an indexed collect keeps the ranks' order), unless there
+    // are few intervals to measure.
     use rayon::prelude::*;
-    let small = compute.len() < 64;
+    let intervals: usize = compute.iter().chain(&comm).map(Vec::len).sum();
+    let small = intervals < super::PARALLEL_MIN;
     type Rank = (usize, ((Vec<(f64, f64)>, Vec<(f64, f64)>), f64));
     let rank = |(r, ((compute, comm), end)): Rank| {
         let c = Intervals::from_unsorted(compute);

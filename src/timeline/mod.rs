@@ -5,8 +5,8 @@
 pub mod file;
 pub mod metrics;
 
-/// Spans (or ranks) below this many are worked through on the calling thread: handing
-/// a small timeline to the thread pool costs more than it saves.
+/// Spans (or intervals) below this many are worked through on the calling thread:
+/// handing a small timeline to the thread pool costs more than it saves.
 pub(crate) const PARALLEL_MIN: usize = 1 << 15;
 
 use crate::exec::sim::SimResult;

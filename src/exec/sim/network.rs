@@ -2,9 +2,9 @@
 //!
 //! A rate change is re-solved only for the *component* the change touches: the flows
 //! transitively sharing a link with it, and once per instant (the engine settles after
-//! the last event of a time), however many flows started and ended in it. Progressive filling inside the component: the
-//! link with the smallest fair share fixes the rate of its flows, their bandwidth is
-//! subtracted everywhere else on their routes, and so on.
+//! the last event of a time), however many flows started and ended in it. Progressive
+//! filling inside the component: the link with the smallest fair share fixes the rate of
+//! its flows, their bandwidth is subtracted everywhere else on their routes, and so on.
 
 use crate::topology::Topology;
 

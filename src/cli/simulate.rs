@@ -295,6 +295,20 @@ impl Clocks {
     }
 }
 
+/// What to add to a refusal of a plan over the memory limit, where the scenario has a
+/// smaller form: a pipeline step under `tp-inner` is built whole (every replica), while
+/// `tp-pp-dp` keeps each replica's ranks consecutive, so a topology that turns by whole
+/// replicas lets the plan hold one.
+fn over_limit_hint(sc: &crate::scenario::Scenario) -> Option<&'static str> {
+    (sc.workload == crate::scenario::Workload::Step
+        && sc.parallel.pp > 1
+        && sc.parallel.dp > 1
+        && sc.parallel.order == crate::scenario::RankOrder::TpInner)
+        .then_some(
+            "a pipeline step under --rank-order tp-inner (the default) is built for every data-parallel replica; --rank-order tp-pp-dp builds one replica where the topology allows",
+        )
+}
+
 pub fn run(a: Args) -> Result<(), CliError> {
     let sc = scenario(&a)?;
     let stragglers = stragglers(&a)?;
@@ -310,9 +324,13 @@ pub fn run(a: Args) -> Result<(), CliError> {
         samples,
         allow_oom: a.allow_oom,
     };
+    let hint = over_limit_hint(&sc);
     let sim = app::run(sc, &opts).map_err(|e| match e {
         app::Error::Run(e) if !e.is_over_limit() => CliError::run(e),
-        e => CliError::input(e),
+        e => match hint {
+            Some(h) => CliError::input(format!("{e}; {h}")),
+            None => CliError::input(e),
+        },
     })?;
     let table = sim.table();
     let json = sim.json();

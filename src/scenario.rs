@@ -231,7 +231,8 @@ pub struct GemmParams {
     pub measured: Vec<GemmPoint>,
 }
 
-/// One measured GEMM: (m × k) · (k × n) in `dtype` took `secs`.
+/// One measured GEMM: (m × k) · (k × n) in `dtype` took `secs` with its operands out
+/// of L2, and `warm_secs` (where measured) right after a GEMM that read the same B.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GemmPoint {
     pub dtype: DType,
@@ -239,6 +240,10 @@ pub struct GemmPoint {
     pub n: u64,
     pub k: u64,
     pub secs: f64,
+    /// The same shape issued at once after a GEMM over the same B (the weight) and
+    /// other rows of A: the later partial GEMMs of a decomposed site, whose weight is
+    /// still in L2 where it fits.
+    pub warm_secs: Option<f64>,
 }
 
 /// Elementwise-kernel parameters (adds, activations).
@@ -289,6 +294,9 @@ impl GpuSpec {
         }
         for p in &mut g.gemm.measured {
             p.secs *= f;
+            if let Some(w) = &mut p.warm_secs {
+                *w *= f;
+            }
         }
         g.sustained_gemm_slowdown = Some(1.0);
         Some(g)

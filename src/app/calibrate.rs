@@ -64,6 +64,7 @@ pub fn run_shapes(dirs: &[PathBuf], hardware: &str) -> Result<Vec<(u64, u64, u64
                     n,
                     k,
                     dtype: DType::Bf16,
+                    ..
                 } = o.kind
                 {
                     out.insert((m, n, k));
@@ -341,6 +342,7 @@ pub fn profile(
             n: g.n as i64,
             k: g.k as i64,
             us: g.secs * 1e6,
+            warm_us: g.warm_secs.map(|w| w * 1e6),
         })
         .collect();
     let hbm = f.gpu.hbm_gbps * 1e9;

@@ -184,6 +184,10 @@ pub struct GemmPointFile {
     pub n: i64,
     pub k: i64,
     pub us: f64,
+    /// The same GEMM right after one that read the same B (see
+    /// [`crate::scenario::GemmPoint::warm_secs`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm_us: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -297,6 +297,7 @@ fn entry(file: &str, i: usize, o: &OpFile, dtype: DType, ranks: u32) -> R<Entry>
             n: need(file, &key("n"), &o.n)?,
             k: need(file, &key("k"), &o.k)?,
             dtype: dtype_of(file, &key("dtype"), o.dtype.as_deref(), dtype)?,
+            reuses_b: false,
         }),
         "copy" => Entry::Kind(OpKind::Copy {
             bytes: need(file, &key("bytes"), &o.bytes)?,
@@ -446,6 +447,8 @@ pub fn build(file: &str, f: &PlanFile, dataflow: bool) -> R<UserPlan> {
         }
     }
     let mut next_tag = used.last().copied().unwrap_or(0);
+    // Per stream, the kind of the last op put on it.
+    let mut previous: BTreeMap<StreamId, OpKind> = BTreeMap::new();
 
     let mut b = PlanBuilder::new(ranks);
     if !dataflow {
@@ -546,6 +549,8 @@ pub fn build(file: &str, f: &PlanFile, dataflow: bool) -> R<UserPlan> {
         }
         let mut last = 0;
         for rep in 0..o.repeat.unwrap_or(1) {
+            // A GEMM right after one of its shape on its stream reads the same buffers
+            // (`Buffers` keeps one per shape and rank): its B is warm.
             let tag = OpTag {
                 site,
                 step: u32::try_from(rep).unwrap_or(u32::MAX),
@@ -608,6 +613,26 @@ pub fn build(file: &str, f: &PlanFile, dataflow: bool) -> R<UserPlan> {
                     }
                 }
             };
+            let kind = match (kind, previous.get(&stream)) {
+                (
+                    OpKind::Gemm { m, n, k, dtype, .. },
+                    Some(&OpKind::Gemm {
+                        m: pm,
+                        n: pn,
+                        k: pk,
+                        dtype: pd,
+                        ..
+                    }),
+                ) if (m, n, k, dtype) == (pm, pn, pk, pd) => OpKind::Gemm {
+                    m,
+                    n,
+                    k,
+                    dtype,
+                    reuses_b: true,
+                },
+                (kind, _) => kind,
+            };
+            previous.insert(stream, kind);
             let d: &[u32] = if rep == 0 { &deps } else { &[] };
             let id = b.single(stream, kind, d, tag).map_err(|e| {
                 ConfigError::invalid(file, &format!("op[{i}]"), &o.kind, e.to_string())
@@ -830,6 +855,52 @@ mod tests {
         assert!((second.start - r.times[2].end).abs() < 1e-12);
         assert!((end - second.start - gemm).abs() < 1e-12);
         assert!(r.times[2].end > gemm, "the message takes time");
+    }
+
+    /// A GEMM right after one of its shape on its stream reads the same buffers: it is
+    /// marked as reusing B; another shape, another stream or an op between them is not.
+    #[test]
+    fn repeated_gemms_reuse_their_weight() {
+        let text = r#"
+            version = 1
+            [[op]]
+            kind = "gemm"
+            m = 256
+            n = 512
+            k = 1024
+            repeat = 3
+            [[op]]
+            stream = "side"
+            kind = "gemm"
+            m = 256
+            n = 512
+            k = 1024
+            [[op]]
+            kind = "gemm"
+            m = 512
+            n = 512
+            k = 1024
+            [[op]]
+            kind = "copy"
+            bytes = 1024
+            [[op]]
+            kind = "gemm"
+            m = 512
+            n = 512
+            k = 1024
+        "#;
+        let p = plan(text).unwrap();
+        let flags: Vec<Option<bool>> = p
+            .plan
+            .ops
+            .iter()
+            .map(|o| match o.kind {
+                OpKind::Gemm { reuses_b, .. } => Some(reuses_b),
+                _ => None,
+            })
+            .collect();
+        let (f, t) = (Some(false), Some(true));
+        assert_eq!(flags, vec![f, t, t, f, f, None, f]);
     }
 
     #[test]

@@ -420,12 +420,28 @@ fn gemm_point(file: &str, i: usize, p: &GemmPointFile) -> R<GemmPoint> {
     if !us.is_finite() {
         return Err(ConfigError::invalid(file, &key("us"), us, "must be finite"));
     }
+    let warm_secs = match p.warm_us {
+        None => None,
+        Some(w) => {
+            let w = positive_f(file, &key("warm_us"), w)?;
+            if !w.is_finite() {
+                return Err(ConfigError::invalid(
+                    file,
+                    &key("warm_us"),
+                    w,
+                    "must be finite",
+                ));
+            }
+            Some(w * 1e-6)
+        }
+    };
     Ok(GemmPoint {
         dtype,
         m: positive(file, &key("m"), p.m)?,
         n: positive(file, &key("n"), p.n)?,
         k: positive(file, &key("k"), p.k)?,
         secs: us * 1e-6,
+        warm_secs,
     })
 }
 

@@ -380,6 +380,56 @@ pub fn gemm_time(gpu: &GpuSpec, m: u64, n: u64, k: u64, dtype: DType) -> Result<
     gemm_cost(gpu, m, n, k, dtype).map(|c| c.total)
 }
 
+/// Time of a GEMM issued right after one that read the same B (a decomposed site's
+/// later partial GEMMs over their rank's weight), seconds: [`gemm_time`] times the
+/// warm/cold ratio the profile measured (`warm_secs` over `secs` of its measured GEMMs),
+/// interpolated like their time per FLOP (its log, weighted by `1 / d⁴` in log-shape
+/// space; a measured shape gets its own ratio). The ratio is at most 1 (a warm L2
+/// never slows a GEMM; measured ratios above it are noise) and the result never below
+/// a launch plus the FLOPs at peak. Without warm measurements it is [`gemm_time`]: a
+/// profile that did not measure the effect does not guess it.
+pub fn gemm_time_warm(
+    gpu: &GpuSpec,
+    m: u64,
+    n: u64,
+    k: u64,
+    dtype: DType,
+) -> Result<f64, CostError> {
+    let cold = gemm_time(gpu, m, n, k, dtype)?;
+    let Some(r) = warm_ratio(gpu, m, n, k, dtype) else {
+        return Ok(cold);
+    };
+    let floor = gpu.gemm.launch + gemm_flops(m, n, k) / peak(gpu, dtype)?;
+    Ok((cold * r.min(1.0)).max(floor.min(cold)))
+}
+
+/// The measured warm/cold time ratio at this shape (see [`gemm_time_warm`]); `None`
+/// when no measured GEMM of `dtype` has a warm time.
+fn warm_ratio(gpu: &GpuSpec, m: u64, n: u64, k: u64, dtype: DType) -> Option<f64> {
+    let at = [m as f64, n as f64, k as f64].map(f64::ln);
+    let (mut num, mut den) = (0.0, 0.0);
+    for p in gpu.gemm.measured.iter().filter(|p| p.dtype == dtype) {
+        let Some(w) = p.warm_secs else { continue };
+        if !(p.secs > 0.0 && w > 0.0) {
+            continue;
+        }
+        let lr = (w / p.secs).ln();
+        let d2: f64 = [p.m as f64, p.n as f64, p.k as f64]
+            .map(f64::ln)
+            .iter()
+            .zip(at)
+            .map(|(a, b)| (a - b) * (a - b))
+            .sum();
+        if d2 < 1e-18 {
+            return Some(w / p.secs);
+        }
+        let wt = 1.0 / (d2 * d2);
+        num += wt * lr;
+        den += wt;
+    }
+    (den > 0.0).then(|| (num / den).exp())
+}
+
 /// Query–key pairs one head of an attention kernel computes: `seq_q × seq_kv`, or with a
 /// causal mask (queries are the last `seq_q` of `seq_kv` positions) the pairs with key ≤
 /// query: `seq_q·(seq_kv − seq_q) + seq_q·(seq_q + 1)/2` (a full square: s(s+1)/2).
@@ -585,6 +635,7 @@ mod tests {
                 n: 4096,
                 k: 4096,
                 secs: 200e-6,
+                warm_secs: None,
             },
             GemmPoint {
                 dtype: bf,
@@ -592,6 +643,7 @@ mod tests {
                 n: 4096,
                 k: 4096,
                 secs: 390e-6,
+                warm_secs: None,
             },
         ];
         let s = g.at_sustained_clocks().unwrap();
@@ -619,6 +671,7 @@ mod tests {
                 n: a.1,
                 k: a.2,
                 secs: 2.0 * ma,
+                warm_secs: None,
             },
             GemmPoint {
                 dtype: DType::Bf16,
@@ -626,6 +679,7 @@ mod tests {
                 n: b.1,
                 k: b.2,
                 secs: 0.5 * mb,
+                warm_secs: None,
             },
             // Another dtype's point is ignored for bf16.
             GemmPoint {
@@ -634,6 +688,7 @@ mod tests {
                 n: 4096,
                 k: 4096,
                 secs: 1.0,
+                warm_secs: None,
             },
         ];
         assert!((model(&g, a.0, a.1, a.2) / (2.0 * ma) - 1.0).abs() < 1e-12);
@@ -667,12 +722,53 @@ mod tests {
             n: 8192,
             k: 8192,
             secs: 1.4e-3,
+            warm_secs: None,
         }];
         let t = gemm_time(&g, 512, 512, 512, DType::Bf16).unwrap();
         assert!(t >= 4e-6, "{t}");
         // The measured shape itself keeps its time.
         let t = gemm_time(&g, 8192, 8192, 8192, DType::Bf16).unwrap();
         assert!((t - 1.4e-3).abs() < 1e-12, "{t}");
+    }
+
+    /// The warm time of a GEMM over a B the GEMM before it read: the measured warm/cold
+    /// ratio at a measured shape, between measured shapes a blend of theirs, never above
+    /// the cold time nor below a launch plus the FLOPs at peak, and the cold time where
+    /// the profile measured no warm times.
+    #[test]
+    fn warm_gemms_take_the_measured_ratio() {
+        let bf = DType::Bf16;
+        let mut g = gpu();
+        let point = |m, secs, warm| GemmPoint {
+            dtype: bf,
+            m,
+            n: 3072,
+            k: 5120,
+            secs,
+            warm_secs: warm,
+        };
+        g.gemm.measured = vec![point(256, 26e-6, None), point(1024, 44e-6, None)];
+        for m in [256, 512, 1024] {
+            let cold = gemm_time(&g, m, 3072, 5120, bf).unwrap();
+            assert_eq!(gemm_time_warm(&g, m, 3072, 5120, bf).unwrap(), cold);
+        }
+        g.gemm.measured = vec![
+            point(256, 26e-6, Some(19.5e-6)),
+            point(1024, 44e-6, Some(42e-6)),
+        ];
+        let warm = |g: &GpuSpec, m| gemm_time_warm(g, m, 3072, 5120, bf).unwrap();
+        let cold = |g: &GpuSpec, m| gemm_time(g, m, 3072, 5120, bf).unwrap();
+        assert!((warm(&g, 256) - 19.5e-6).abs() < 1e-15);
+        assert!((warm(&g, 1024) - 42e-6).abs() < 1e-15);
+        let r = warm(&g, 512) / cold(&g, 512);
+        assert!(r > 19.5 / 26.0 && r < 42.0 / 44.0, "{r}");
+        // A ratio above 1 (noise) leaves the cold time.
+        g.gemm.measured = vec![point(256, 26e-6, Some(27e-6))];
+        assert_eq!(warm(&g, 256), cold(&g, 256));
+        // Far below the measured times, the floor: a launch plus the FLOPs at peak.
+        g.gemm.measured = vec![point(256, 26e-6, Some(1e-9))];
+        let floor = g.gemm.launch + gemm_flops(300, 3072, 5120) / g.peak(bf).unwrap();
+        assert!((warm(&g, 300) - floor).abs() < 1e-15, "{floor}");
     }
 
     /// A 1536 × 3072 output is 144 tiles of 128 × 256 (two waves on 132 SMs, the second

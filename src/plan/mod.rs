@@ -102,6 +102,11 @@ pub enum OpKind {
         n: u64,
         k: u64,
         dtype: DType,
+        /// Reads the B operand (the weight) the GEMM before it on its stream read: a
+        /// decomposed site's later partial GEMMs over their rank's weight. B is then
+        /// in L2 where it fits, and the cost model takes the profile's warm time
+        /// ([`crate::cost::gemm_time_warm`]).
+        reuses_b: bool,
     },
     /// `groups` GEMMs of one shape in one kernel (a MoE layer's experts, each with its
     /// own weights: see [`crate::cost::grouped_gemm_time`]).

@@ -219,7 +219,13 @@ impl Ctx<'_> {
                 dtype,
             }
         } else {
-            OpKind::Gemm { m, n, k, dtype }
+            OpKind::Gemm {
+                m,
+                n,
+                k,
+                dtype,
+                reuses_b: false,
+            }
         };
         let deps: Vec<OpId> = deps.to_vec();
         let op = self

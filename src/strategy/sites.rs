@@ -161,13 +161,15 @@ pub fn ag_gemm(
         |_| BufInit::Poison,
     );
     let xin = Blocks::inputs_ready(strategy, s.ranks, s.tokens, x.clone());
+    let issued = Issued::new(st.compute.len());
     let gemm_op = |b: &mut PlanBuilder,
                    r: usize,
                    j: usize,
                    d: &[OpId],
                    t: OpTag|
      -> Result<OpId, StrategyError> {
-        let id = site_gemm(b, st, r, (rows, width / n, s.hidden), s, d, t)?;
+        let again = issued.again(r);
+        let id = site_gemm(b, st, r, (rows, width / n, s.hidden), s, d, t, again)?;
         b.set_io(
             id,
             OpIo::Gemm {
@@ -262,18 +264,38 @@ pub fn activation(
     Ok(out)
 }
 
-fn gemm_kind(m: u64, n: u64, k: u64, s: &MlpShape) -> OpKind {
+fn gemm_kind(m: u64, n: u64, k: u64, s: &MlpShape, reuses_b: bool) -> OpKind {
     OpKind::Gemm {
         m,
         n,
         k,
         dtype: s.dtype,
+        reuses_b,
     }
 }
 
-/// Member `r`'s GEMM (m × n, K = k) on its compute stream after `d`: one GEMM, or, while
-/// its weights are being gathered (`st.weights`), one per weight column chunk (n/chunks
-/// wide), each also after its chunk's arrival. Returns the last (the stream is in order).
+/// Per member, whether a partial GEMM of the site was issued on its compute stream: the
+/// partials of a site over row blocks all read the member's weight, one after another
+/// on its stream, so each after the first finds it in L2 where it fits.
+struct Issued(Vec<std::cell::Cell<bool>>);
+
+impl Issued {
+    fn new(n: usize) -> Issued {
+        Issued((0..n).map(|_| std::cell::Cell::new(false)).collect())
+    }
+
+    /// Whether member `r` issued a partial before (and from now on, it has).
+    fn again(&self, r: usize) -> bool {
+        self.0.get(r).is_some_and(|c| c.replace(true))
+    }
+}
+
+/// Member `r`'s GEMM (m × n, K = k) on its compute stream after `d`: one GEMM (reading
+/// the weight the GEMM before it on the stream read, if `reuses_b`), or, while its
+/// weights are being gathered (`st.weights`), one per weight column chunk (n/chunks
+/// wide, each over other weight columns), each also after its chunk's arrival. Returns
+/// the last (the stream is in order).
+#[allow(clippy::too_many_arguments)]
 fn site_gemm(
     b: &mut PlanBuilder,
     st: &RankStreams,
@@ -282,9 +304,10 @@ fn site_gemm(
     s: &MlpShape,
     d: &[OpId],
     t: OpTag,
+    reuses_b: bool,
 ) -> Result<OpId, StrategyError> {
     let Some(w) = &st.weights else {
-        return Ok(b.single(st.compute[r], gemm_kind(m, n, k, s), d, t)?);
+        return Ok(b.single(st.compute[r], gemm_kind(m, n, k, s, reuses_b), d, t)?);
     };
     let chunks = &w.ready[r];
     let width = n / chunks.len().max(1) as u64;
@@ -292,7 +315,7 @@ fn site_gemm(
     for c in chunks {
         let mut deps = d.to_vec();
         deps.extend(*c);
-        last = Some(b.single(st.compute[r], gemm_kind(m, width, k, s), &deps, t)?);
+        last = Some(b.single(st.compute[r], gemm_kind(m, width, k, s, false), &deps, t)?);
     }
     last.ok_or(StrategyError::Unsupported("a weight gathered in no chunk"))
 }
@@ -355,6 +378,7 @@ pub fn gemm_rs_with(
         |_| BufInit::Poison,
     );
     // The partial GEMM of block j on rank r, after its input and `extra`.
+    let issued = Issued::new(st.compute.len());
     let gemm_op = |b: &mut PlanBuilder,
                    r: usize,
                    j: usize,
@@ -363,7 +387,8 @@ pub fn gemm_rs_with(
      -> Result<OpId, StrategyError> {
         let mut d = deps(input.ready[r][j]);
         d.extend(extra);
-        let id = site_gemm(b, st, r, (rows, s.hidden, s.ffn / n), s, &d, t)?;
+        let again = issued.again(r);
+        let id = site_gemm(b, st, r, (rows, s.hidden, s.ffn / n), s, &d, t, again)?;
         b.set_io(
             id,
             OpIo::Gemm {

@@ -331,7 +331,7 @@ pub fn chrome_trace(timelines: &[&Timeline]) -> String {
 
 fn shape(kind: &OpKind) -> Option<String> {
     match kind {
-        OpKind::Gemm { m, n, k, dtype } => Some(format!("{m}x{n}x{k} {dtype}")),
+        OpKind::Gemm { m, n, k, dtype, .. } => Some(format!("{m}x{n}x{k} {dtype}")),
         OpKind::GroupedGemm {
             groups,
             m,

@@ -31,7 +31,18 @@ fn critical_path(plan: &Plan, gpu: &GpuSpec, topo: &Topology, link: f64) -> f64 
     }
     let dur = |op: usize| -> f64 {
         match plan.ops[op].kind {
-            OpKind::Gemm { m, n, k, dtype } => cost::gemm_time(gpu, m, n, k, dtype).unwrap(),
+            OpKind::Gemm {
+                m,
+                n,
+                k,
+                dtype,
+                reuses_b,
+            } => if reuses_b {
+                cost::gemm_time_warm(gpu, m, n, k, dtype)
+            } else {
+                cost::gemm_time(gpu, m, n, k, dtype)
+            }
+            .unwrap(),
             OpKind::GroupedGemm {
                 groups,
                 m,

@@ -72,7 +72,20 @@ proptest! {
             let mut sent = 0u64;
             for o in r.plan.ops.iter().filter(|o| o.rank == rank) {
                 match o.kind {
-                    OpKind::Gemm { m, n, k, dtype } => compute += gemm_time(g, m, n, k, dtype).unwrap(),
+                    OpKind::Gemm {
+                        m,
+                        n,
+                        k,
+                        dtype,
+                        reuses_b,
+                    } => {
+                        compute += if reuses_b {
+                            flashoverlap::cost::gemm_time_warm(g, m, n, k, dtype)
+                        } else {
+                            gemm_time(g, m, n, k, dtype)
+                        }
+                        .unwrap()
+                    }
                     OpKind::Send { bytes, .. } => sent += bytes,
                     _ => {}
                 }

@@ -94,6 +94,9 @@ pub(super) fn calibrate(
     };
     let (a, b) = (random(&mut p, ma, 1), random(&mut p, mb, 2));
     let c = random(&mut p, mc, 3);
+    // The warm run's A: other rows than the cold run read (as a partial GEMM of a
+    // decomposed site reads its own block of the gathered input beside the shared weight).
+    let a2 = random(&mut p, ma, 7);
     // A copy of 256 MiB (several times any L2 of this generation: 50 MiB on H100, 60 on
     // H200) before each run evicts the operands the previous run of the shape left in
     // L2. In a schedule a GEMM reads a slice no kernel has just read; timed warm, a
@@ -127,7 +130,10 @@ pub(super) fn calibrate(
             });
         }
         let span = timed(&mut p, 0, gemm(a, b, c, m, n, k));
-        one.push((first..p.steps.len(), span));
+        // Warm: the same B again at once, as the partial GEMMs of a decomposed site
+        // read their rank's weight one after another (B in L2 where it fits).
+        let warm = timed(&mut p, 0, gemm(a2, b, c, m, n, k));
+        one.push((first..p.steps.len(), span, warm));
     }
     let l = fc::Loaded::new(p).map_err(cuda)?;
     l.initialise().map_err(cuda)?;
@@ -139,25 +145,34 @@ pub(super) fn calibrate(
         }
     }
     let mut t = Vec::with_capacity(shapes.len());
-    for (range, span) in &one {
-        let mut d = Vec::new();
+    for (range, span, warm) in &one {
+        let (mut d, mut w) = (Vec::new(), Vec::new());
         for i in 0..=repeats.max(1) {
             let m = l.run_range(range.clone()).map_err(cuda)?;
             let secs = m.spans[*span as usize].1 - m.spans[*span as usize].0;
+            let again = m.spans[*warm as usize].1 - m.spans[*warm as usize].0;
             if i > 0 {
                 d.push(secs); // the first run warms cuBLAS up for this shape
+                w.push(again);
             }
             if heat == 0 {
-                std::thread::sleep(std::time::Duration::from_secs_f64((2.0 * secs).max(1e-3)));
+                let rest = 2.0 * (secs + again);
+                std::thread::sleep(std::time::Duration::from_secs_f64(rest.max(1e-3)));
             }
         }
-        t.push(median(d));
+        t.push((median(d), median(w)));
     }
     drop(l);
     let gemms = shapes
         .iter()
         .zip(&t)
-        .map(|(&(m, n, k), &secs)| GemmSample { m, n, k, secs })
+        .map(|(&(m, n, k), &(secs, warm))| GemmSample {
+            m,
+            n,
+            k,
+            secs,
+            warm_secs: Some(warm),
+        })
         .collect();
 
     // Bandwidth: a 1 GiB copy and a 1 GiB-per-operand add; launch cost: 256 tiny adds,

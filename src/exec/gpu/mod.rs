@@ -322,7 +322,13 @@ pub struct GemmSample {
     pub m: u64,
     pub n: u64,
     pub k: u64,
+    /// Timed cold: operands evicted from L2 before it.
     pub secs: f64,
+    /// The same shape at once after it, over the same B (the weight) and other rows of
+    /// A: what a decomposed site's later partial GEMMs take (absent in calibrations
+    /// before 2026-12-07).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm_secs: Option<f64>,
 }
 
 /// Point-to-point transfers between GPU 0 and GPU 1, measured where two GPUs exist.
@@ -498,6 +504,7 @@ fn chain_plan(
             n,
             k,
             dtype: crate::scenario::DType::Bf16,
+            reuses_b: false,
         };
         let g = b.single(c, gemm, &[], t)?;
         gs.push(g);

@@ -134,7 +134,7 @@ impl InterferenceState {
     pub fn compute_started(&mut self, info: StreamView, op: OpId, kind: OpKind, now: f64, d: f64) {
         let r = info.rank as usize;
         let gemm = match kind {
-            OpKind::Gemm { m, n, k, dtype } => Some((1, m, n, k, dtype)),
+            OpKind::Gemm { m, n, k, dtype, .. } => Some((1, m, n, k, dtype)),
             OpKind::GroupedGemm {
                 groups,
                 m,

@@ -400,15 +400,25 @@ impl<'g> Durations<'g> {
     fn of(&mut self, kind: &OpKind) -> Result<f64, CostError> {
         let gpu = self.gpu;
         Ok(match *kind {
-            OpKind::Gemm { m, n, k, dtype } => {
-                let shape = (m, n, k, dtype as usize);
+            OpKind::Gemm {
+                m,
+                n,
+                k,
+                dtype,
+                reuses_b,
+            } => {
+                let shape = (m, n, k, 2 * dtype as usize + reuses_b as usize);
                 match self.last {
                     Some((s, t)) if s == shape => t,
                     _ => {
                         let t = match self.seen.get(&shape) {
                             Some(&t) => t,
                             None => {
-                                let t = cost::gemm_time(gpu, m, n, k, dtype)?;
+                                let t = if reuses_b {
+                                    cost::gemm_time_warm(gpu, m, n, k, dtype)?
+                                } else {
+                                    cost::gemm_time(gpu, m, n, k, dtype)?
+                                };
                                 self.seen.insert(shape, t);
                                 t
                             }

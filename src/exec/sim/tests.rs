@@ -732,6 +732,7 @@ fn gemm_beside_send(
                 n,
                 k: 4096,
                 dtype: crate::scenario::DType::Bf16,
+                reuses_b: false,
             },
             &[],
             t,
@@ -822,7 +823,18 @@ fn admission_case(
     let s0 = b.stream(0, "side", StreamKind::Comm);
     let dtype = crate::scenario::DType::Bf16;
     let g_op = b
-        .single(c0, OpKind::Gemm { m, n, k, dtype }, &[], t)
+        .single(
+            c0,
+            OpKind::Gemm {
+                m,
+                n,
+                k,
+                dtype,
+                reuses_b: false,
+            },
+            &[],
+            t,
+        )
         .unwrap();
     let mut deps = Vec::new();
     if let Some(at) = ready {
@@ -911,10 +923,32 @@ fn an_admitted_copy_goes_on_beside_the_next_gemm_at_the_memory_op_rate() {
     let c0 = b.stream(0, "compute", StreamKind::Compute);
     let s0 = b.stream(0, "side", StreamKind::Comm);
     let g1 = b
-        .single(c0, OpKind::Gemm { m, n, k, dtype }, &[], t)
+        .single(
+            c0,
+            OpKind::Gemm {
+                m,
+                n,
+                k,
+                dtype,
+                reuses_b: false,
+            },
+            &[],
+            t,
+        )
         .unwrap();
-    b.single(c0, OpKind::Gemm { m, n, k, dtype }, &[], t)
-        .unwrap();
+    b.single(
+        c0,
+        OpKind::Gemm {
+            m,
+            n,
+            k,
+            dtype,
+            reuses_b: false,
+        },
+        &[],
+        t,
+    )
+    .unwrap();
     let cp = b.single(s0, OpKind::Copy { bytes }, &[], t).unwrap();
     let plan = b.finish().unwrap();
     let mut i = model(Transport::CopyEngine, 8, 1.0, 3.0).unwrap();
@@ -958,6 +992,7 @@ fn a_reduction_beside_a_gemm_slows_both_while_they_overlap() {
             n,
             k,
             dtype: crate::scenario::DType::Bf16,
+            reuses_b: false,
         };
         let g = b.single(c0, gemm, &[], t).unwrap();
         let add = OpKind::Elementwise {
@@ -1282,6 +1317,7 @@ fn stragglers_slow_their_rank_or_link_by_the_factor() {
             n: 4096,
             k: 4096,
             dtype: crate::scenario::DType::Bf16,
+            reuses_b: false,
         };
         b.single(s, g, &[], t).unwrap();
     }
@@ -1786,4 +1822,77 @@ fn symmetric_plans_refuse_what_breaks_the_symmetry() {
     let pcie = config::load_hardware("a100-pcie-8", None).unwrap();
     let e = simulate(&plan, &pcie, &SimOptions::default()).unwrap_err();
     assert!(e.to_string().contains("no rotation"), "{e}");
+}
+
+/// A decomposed site's partial GEMMs read their rank's weight one after another: each
+/// after the first on a rank is marked as reusing B, a lone GEMM is not, and with warm
+/// times in the profile the partials' compute is the first's cold time plus the others'
+/// warm times (without them, all cold: the same as before warm times existed).
+#[test]
+fn partial_gemms_after_the_first_reuse_their_weight() {
+    let mut sc = scenario(4, 100.0, Workload::AgGemm);
+    let flags = |sc: &Scenario, st: Strategy| -> Vec<Vec<bool>> {
+        let run = run_strategy(sc, st, &SimOptions::default()).unwrap();
+        (0..sc.parallel.tp as u32)
+            .map(|r| {
+                run.plan
+                    .ops
+                    .iter()
+                    .filter(|o| o.rank == r)
+                    .filter_map(|o| match o.kind {
+                        OpKind::Gemm { reuses_b, .. } => Some(reuses_b),
+                        _ => None,
+                    })
+                    .collect()
+            })
+            .collect()
+    };
+    for f in flags(&sc, Strategy::Sequential) {
+        assert_eq!(f, vec![false]);
+    }
+    for st in [Strategy::Chunked(4), Strategy::Flash] {
+        for f in flags(&sc, st) {
+            assert!(
+                f.len() > 1 && !f[0] && f[1..].iter().all(|&x| x),
+                "{st}: {f:?}"
+            );
+        }
+    }
+    let compute = |sc: &Scenario| {
+        let run = run_strategy(sc, Strategy::Chunked(4), &SimOptions::default()).unwrap();
+        run.metrics.compute
+    };
+    let all_cold = compute(&sc);
+    let (m, n, k) = match run_strategy(&sc, Strategy::Chunked(4), &SimOptions::default())
+        .unwrap()
+        .plan
+        .ops
+        .iter()
+        .find_map(|o| match o.kind {
+            OpKind::Gemm { m, n, k, .. } => Some((m, n, k)),
+            _ => None,
+        }) {
+        Some(s) => s,
+        None => panic!("no GEMM"),
+    };
+    let cold = gemm_time(&sc.hardware.gpu, m, n, k, sc.dtype).unwrap();
+    sc.hardware.gpu.gemm.measured = vec![crate::scenario::GemmPoint {
+        dtype: sc.dtype,
+        m,
+        n,
+        k,
+        secs: cold,
+        warm_secs: Some(0.75 * cold),
+    }];
+    close(
+        gemm_time(&sc.hardware.gpu, m, n, k, sc.dtype).unwrap(),
+        cold,
+        "the measured cold time",
+    );
+    // Compute per rank: 4 partials, the first cold.
+    close(
+        compute(&sc),
+        all_cold * (1.0 + 3.0 * 0.75) / 4.0,
+        "warm partials",
+    );
 }

@@ -278,6 +278,7 @@ impl Ctx<'_> {
             n,
             k,
             dtype: self.s.dtype,
+            reuses_b: false,
         };
         self.each(site, kind, after)
     }

@@ -16,7 +16,9 @@
 # The calibration times each grid shape cold and warm (right after a GEMM over the same
 # B), so its profile predicts both.
 #   Build and stage as for scripts/device-h200.sh; carry [".build-cuda"].
-# Call 1 (2026-12-07, results/h200-2026-12-07e): FO_EXACT=1. Call 2: FO_SET1=1.
+# FO_L2=0 leaves out part 1 (already measured), FO_SET1=1 adds the first held-out set.
+# Call 1 (2026-12-07, results/h200-2026-12-07e): FO_EXACT=1. Call 2 (results/
+# h200-2026-12-07f), with what device time was left: FO_L2=0 FO_LIMIT_S=330.
 set -uo pipefail
 R=/tmp/flashoverlap-l2
 FO_DEFAULT_LIMIT_S=570
@@ -37,9 +39,9 @@ fi
 # 1. Warm against cold. Shapes m × n × k: qwen2.5-14b fc1 at tp 8 (weight 35 MB), its
 # fc2 at tp 8 (18 MB), command-r fc1 at tp 8 (92 MB, over any L2) and at tp 2 (369 MB),
 # and a calibration grid shape as a check of the cold protocol.
-stamp "warm and cold GEMMs"
+[ "${FO_L2:-1}" = 1 ] && stamp "warm and cold GEMMs"
 mkdir -p "$R/plans"
-for s in 256x3456x5120 512x3456x5120 1024x3456x5120 2048x3456x5120 256x5120x1728 \
+[ "${FO_L2:-1}" = 1 ] && for s in 256x3456x5120 512x3456x5120 1024x3456x5120 2048x3456x5120 256x5120x1728 \
   1024x5120x1728 256x5632x8192 1024x5632x8192 256x22528x8192 256x3072x5120; do
   IFS=x read -r m n k <<< "$s"
   g=$(printf '[[op]]\nkind = "gemm"\nm = %s\nn = %s\nk = %s\n' "$m" "$n" "$k")

@@ -105,6 +105,36 @@ pub fn grid() -> Vec<(u64, u64, u64)> {
 
 /// How the GEMM grid was timed, for the profile's header.
 fn protocol_note(cal: &Calibration) -> String {
+    format!("{}{}", clocks_note(cal), warm_note(cal))
+}
+
+/// The warm GEMM times in a line: how many shapes, and their warm/cold ratios.
+fn warm_note(cal: &Calibration) -> String {
+    let mut r: Vec<f64> = cal
+        .gemms
+        .iter()
+        .filter_map(|g| g.warm_secs.map(|w| w / g.secs))
+        .filter(|r| r.is_finite())
+        .collect();
+    if r.is_empty() {
+        return "# No warm GEMM times (each shape again over the same B): partial GEMMs that \
+                reuse their weight\n#   take their cold time.\n"
+            .to_string();
+    }
+    r.sort_by(f64::total_cmp);
+    let q = |p: f64| r[((r.len() - 1) as f64 * p).round() as usize];
+    format!(
+        "# Warm GEMM times (warm_us: each shape again at once over the same B, other rows of A) \
+         for {n} shapes:\n#   warm/cold min {lo:.3}, p10 {p10:.3}, median {med:.3}, max {hi:.3}.\n",
+        n = r.len(),
+        lo = r[0],
+        p10 = q(0.1),
+        med = q(0.5),
+        hi = r[r.len() - 1],
+    )
+}
+
+fn clocks_note(cal: &Calibration) -> String {
     let sus = cal.gemm_sustained_s / cal.gemm_alone_s;
     if cal.heat_ms > 0.0 {
         format!(

@@ -237,7 +237,12 @@ fn calibration_json(dir: &Path) -> std::path::PathBuf {
         .iter()
         .map(|&(m, n, k)| {
             let secs = sample(m, n, k);
-            serde_json::json!({"m": m, "n": n, "k": k, "secs": secs})
+            // The 4096-row shapes also timed warm (again over the same B).
+            if m == 4096 {
+                serde_json::json!({"m": m, "n": n, "k": k, "secs": secs, "warm_secs": 0.9 * secs})
+            } else {
+                serde_json::json!({"m": m, "n": n, "k": k, "secs": secs})
+            }
         })
         .collect();
     let c = serde_json::json!({
@@ -299,6 +304,21 @@ fn calibrate_refits_saved_measurements_into_a_profile_the_simulator_reads() {
     };
     assert!(pct("median error") < 0.5 && pct("worst") < 2.0, "{line}");
     assert_eq!(g["measured"].as_array().unwrap().len(), 12);
+    // Warm times go beside the cold ones, where measured, and the header says so.
+    for p in g["measured"].as_array().unwrap() {
+        let (us, warm) = (p["us"].as_float().unwrap(), p.get("warm_us"));
+        match p["m"].as_integer() {
+            Some(4096) => {
+                let w = warm.and_then(|w| w.as_float()).unwrap();
+                assert!((w / us - 0.9).abs() < 1e-9, "{p}");
+            }
+            _ => assert!(warm.is_none(), "{p}"),
+        }
+    }
+    assert!(
+        text.contains("for 4 shapes:\n#   warm/cold min 0.900"),
+        "{text}"
+    );
     assert_eq!(toml["gpu"]["name"].as_str(), Some("Test GPU"));
     // The copy (0.5 ms alone) ended 0.5 ms after the 1 ms GEMM beside it: it waited for
     // the GEMM's SMs.

@@ -3,7 +3,7 @@
 
 pub mod nccl;
 
-use crate::scenario::{DType, GpuSpec};
+use crate::scenario::{DType, GemmPoint, GpuSpec};
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum CostError {
@@ -335,6 +335,44 @@ fn tile_cost(
 /// The shortest K a split-K part gets (a part shorter than this runs mostly prologue).
 const MIN_SPLIT_K: u64 = 256;
 
+/// Where a shape falls among the profile's measured GEMMs of its dtype.
+enum Near<'a> {
+    /// It is one of them.
+    At(&'a GemmPoint),
+    /// Between them: the interpolated value.
+    Between(f64),
+}
+
+/// A positive quantity of the measured GEMMs (`value`; `None` skips a point)
+/// interpolated at (m, n, k): the geometric mean of the points' values weighted by
+/// `1 / d⁴`, `d` the distance in (ln m, ln n, ln k); a measured shape is itself.
+/// `None` when no point has a value.
+fn near<'a>(
+    gpu: &'a GpuSpec,
+    dtype: DType,
+    (m, n, k): (u64, u64, u64),
+    value: impl Fn(&GemmPoint) -> Option<f64>,
+) -> Option<Near<'a>> {
+    let at = [m as f64, n as f64, k as f64].map(f64::ln);
+    let (mut num, mut den) = (0.0, 0.0);
+    for p in gpu.gemm.measured.iter().filter(|p| p.dtype == dtype) {
+        let Some(v) = value(p) else { continue };
+        let d2: f64 = [p.m as f64, p.n as f64, p.k as f64]
+            .map(f64::ln)
+            .iter()
+            .zip(at)
+            .map(|(a, b)| (a - b) * (a - b))
+            .sum();
+        if d2 < 1e-18 {
+            return Some(Near::At(p));
+        }
+        let w = 1.0 / (d2 * d2);
+        num += w * v.ln();
+        den += w;
+    }
+    (den > 0.0).then(|| Near::Between((num / den).exp()))
+}
+
 /// The measured/model ratio at this shape, and whether it is a measured shape itself.
 fn measured_correction(
     gpu: &GpuSpec,
@@ -344,35 +382,18 @@ fn measured_correction(
     k: u64,
     dtype: DType,
 ) -> (f64, bool) {
-    let at = [m as f64, n as f64, k as f64].map(f64::ln);
-    let (mut num, mut den) = (0.0, 0.0);
-    for p in gpu.gemm.measured.iter().filter(|p| p.dtype == dtype) {
-        if p.secs.is_nan() || p.secs <= 0.0 {
-            continue;
-        }
-        // What is interpolated is the measured time per FLOP (its log): smooth in shape,
-        // where the ratio to the model jumps wherever the model's waves do and cuBLAS's
-        // tile choices do not (off-grid GEMM errors up to 45% that way, 18% this way).
-        let lr = (p.secs / gemm_flops(p.m, p.n, p.k)).ln();
-        let d2: f64 = [p.m as f64, p.n as f64, p.k as f64]
-            .map(f64::ln)
-            .iter()
-            .zip(at)
-            .map(|(a, b)| (a - b) * (a - b))
-            .sum();
-        if d2 < 1e-18 {
-            return (p.secs / model_cost(gpu, peak, m, n, k, dtype).total, true);
-        }
-        let w = 1.0 / (d2 * d2);
-        num += w * lr;
-        den += w;
-    }
-    let r = if den > 0.0 {
-        (num / den).exp() * gemm_flops(m, n, k) / model_cost(gpu, peak, m, n, k, dtype).total
-    } else {
-        1.0
+    // What is interpolated is the measured time per FLOP: smooth in shape, where the
+    // ratio to the model jumps wherever the model's waves do and cuBLAS's tile choices
+    // do not (off-grid GEMM errors up to 45% that way, 18% this way).
+    let per_flop = |p: &GemmPoint| {
+        (!p.secs.is_nan() && p.secs > 0.0).then(|| p.secs / gemm_flops(p.m, p.n, p.k))
     };
-    (r, false)
+    let model = || model_cost(gpu, peak, m, n, k, dtype).total;
+    match near(gpu, dtype, (m, n, k), per_flop) {
+        Some(Near::At(p)) => (p.secs / model(), true),
+        Some(Near::Between(t)) => (t * gemm_flops(m, n, k) / model(), false),
+        None => (1.0, false),
+    }
 }
 
 /// Time of a GEMM, seconds. See [`gemm_cost`].
@@ -406,28 +427,14 @@ pub fn gemm_time_warm(
 /// The measured warm/cold time ratio at this shape (see [`gemm_time_warm`]); `None`
 /// when no measured GEMM of `dtype` has a warm time.
 fn warm_ratio(gpu: &GpuSpec, m: u64, n: u64, k: u64, dtype: DType) -> Option<f64> {
-    let at = [m as f64, n as f64, k as f64].map(f64::ln);
-    let (mut num, mut den) = (0.0, 0.0);
-    for p in gpu.gemm.measured.iter().filter(|p| p.dtype == dtype) {
-        let Some(w) = p.warm_secs else { continue };
-        if !(p.secs > 0.0 && w > 0.0) {
-            continue;
-        }
-        let lr = (w / p.secs).ln();
-        let d2: f64 = [p.m as f64, p.n as f64, p.k as f64]
-            .map(f64::ln)
-            .iter()
-            .zip(at)
-            .map(|(a, b)| (a - b) * (a - b))
-            .sum();
-        if d2 < 1e-18 {
-            return Some(w / p.secs);
-        }
-        let wt = 1.0 / (d2 * d2);
-        num += wt * lr;
-        den += wt;
+    let ratio = |p: &GemmPoint| {
+        let w = p.warm_secs?;
+        (p.secs > 0.0 && w > 0.0).then(|| w / p.secs)
+    };
+    match near(gpu, dtype, (m, n, k), ratio)? {
+        Near::At(p) => ratio(p),
+        Near::Between(r) => Some(r),
     }
-    (den > 0.0).then(|| (num / den).exp())
 }
 
 /// Query–key pairs one head of an attention kernel computes: `seq_q × seq_kv`, or with a

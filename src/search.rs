@@ -688,6 +688,8 @@ fn simulate_all(
         max_events,
         ..Default::default()
     };
+    // A plan over the event budget, or too large to build in the memory limit (which
+    // is checked first), cannot be simulated here: listed as over budget, not ranked.
     let fail = |e: simulate::RunError| match e {
         simulate::RunError::Sim {
             source: SimError::EventBudget { budget },
@@ -695,6 +697,10 @@ fn simulate_all(
         } => SearchError::OverBudget {
             layout: layout.name(),
             budget,
+        },
+        e if e.is_over_limit() => SearchError::OverBudget {
+            layout: layout.name(),
+            budget: max_events,
         },
         e => SearchError::Layout {
             layout: layout.name(),

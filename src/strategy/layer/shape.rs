@@ -362,8 +362,9 @@ pub fn estimated_ops(strategy: Strategy, s: &LayerShape, step: bool, groups: u32
 }
 
 /// Refuse, before building, a plan of `groups` held groups (see [`estimated_ops`]) that
-/// would surely pass the op limit, or `max_ops` where that is lower (a caller's event
-/// budget: every op costs at least one event). One the estimate lets through stops at the
+/// would surely pass the op limit (checked first: a plan over it is refused as too large
+/// for memory whatever the event budget), or `max_ops` where that is lower (a caller's
+/// event budget: every op costs at least one event). One the estimate lets through stops at the
 /// limit as it is built (`PlanBuilder`'s check), having taken no more memory than the
 /// limit.
 pub fn check_size(
@@ -374,14 +375,18 @@ pub fn check_size(
     max_ops: usize,
 ) -> Result<(), StrategyError> {
     let ops = estimated_ops(strategy, s, step, groups);
-    let limit = crate::plan::op_limit_at(crate::plan::LAYER_BYTES_PER_OP).min(max_ops);
-    if ops > limit as u64 {
-        return Err(crate::plan::PlanError::TooLarge {
-            limit,
-            need: Some(ops),
-            per: crate::plan::LAYER_BYTES_PER_OP,
+    // Memory first: a plan over it is refused as such whatever the event budget (a
+    // larger budget would not let it run).
+    let memory = crate::plan::op_limit_at(crate::plan::LAYER_BYTES_PER_OP);
+    for limit in [memory, memory.min(max_ops)] {
+        if ops > limit as u64 {
+            return Err(crate::plan::PlanError::TooLarge {
+                limit,
+                need: Some(ops),
+                per: crate::plan::LAYER_BYTES_PER_OP,
+            }
+            .into());
         }
-        .into());
     }
     Ok(())
 }

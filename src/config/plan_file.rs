@@ -292,13 +292,12 @@ fn entry(file: &str, i: usize, o: &OpFile, dtype: DType, ranks: u32) -> R<Entry>
         Ok(p)
     };
     Ok(match o.kind.as_str() {
-        "gemm" => Entry::Kind(OpKind::Gemm {
-            m: need(file, &key("m"), &o.m)?,
-            n: need(file, &key("n"), &o.n)?,
-            k: need(file, &key("k"), &o.k)?,
-            dtype: dtype_of(file, &key("dtype"), o.dtype.as_deref(), dtype)?,
-            reuses_b: false,
-        }),
+        "gemm" => Entry::Kind(OpKind::gemm(
+            need(file, &key("m"), &o.m)?,
+            need(file, &key("n"), &o.n)?,
+            need(file, &key("k"), &o.k)?,
+            dtype_of(file, &key("dtype"), o.dtype.as_deref(), dtype)?,
+        )),
         "copy" => Entry::Kind(OpKind::Copy {
             bytes: need(file, &key("bytes"), &o.bytes)?,
         }),
@@ -447,7 +446,7 @@ pub fn build(file: &str, f: &PlanFile, dataflow: bool) -> R<UserPlan> {
         }
     }
     let mut next_tag = used.last().copied().unwrap_or(0);
-    // Per stream, the kind of the last op put on it.
+    // Per stream, the kind of the last op put on it (as the file gives it).
     let mut previous: BTreeMap<StreamId, OpKind> = BTreeMap::new();
 
     let mut b = PlanBuilder::new(ranks);
@@ -549,8 +548,6 @@ pub fn build(file: &str, f: &PlanFile, dataflow: bool) -> R<UserPlan> {
         }
         let mut last = 0;
         for rep in 0..o.repeat.unwrap_or(1) {
-            // A GEMM right after one of its shape on its stream reads the same buffers
-            // (`Buffers` keeps one per shape and rank): its B is warm.
             let tag = OpTag {
                 site,
                 step: u32::try_from(rep).unwrap_or(u32::MAX),
@@ -613,26 +610,13 @@ pub fn build(file: &str, f: &PlanFile, dataflow: bool) -> R<UserPlan> {
                     }
                 }
             };
-            let kind = match (kind, previous.get(&stream)) {
-                (
-                    OpKind::Gemm { m, n, k, dtype, .. },
-                    Some(&OpKind::Gemm {
-                        m: pm,
-                        n: pn,
-                        k: pk,
-                        dtype: pd,
-                        ..
-                    }),
-                ) if (m, n, k, dtype) == (pm, pn, pk, pd) => OpKind::Gemm {
-                    m,
-                    n,
-                    k,
-                    dtype,
-                    reuses_b: true,
-                },
-                (kind, _) => kind,
-            };
-            previous.insert(stream, kind);
+            // A GEMM right after one of its shape on its stream reads the same buffers
+            // (`Buffers` keeps one per shape and rank): its B is warm.
+            let mut kind = kind;
+            let again = previous.insert(stream, kind) == Some(kind);
+            if let OpKind::Gemm { reuses_b, .. } = &mut kind {
+                *reuses_b = again;
+            }
             let d: &[u32] = if rep == 0 { &deps } else { &[] };
             let id = b.single(stream, kind, d, tag).map_err(|e| {
                 ConfigError::invalid(file, &format!("op[{i}]"), &o.kind, e.to_string())

@@ -185,6 +185,17 @@ impl OpClass {
 }
 
 impl OpKind {
+    /// A GEMM that reads its operands cold (not the B of the GEMM before it).
+    pub fn gemm(m: u64, n: u64, k: u64, dtype: DType) -> OpKind {
+        OpKind::Gemm {
+            m,
+            n,
+            k,
+            dtype,
+            reuses_b: false,
+        }
+    }
+
     pub fn class(&self) -> OpClass {
         match self {
             OpKind::Gemm { .. } | OpKind::GroupedGemm { .. } | OpKind::Attention(_) => {

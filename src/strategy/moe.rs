@@ -219,13 +219,7 @@ impl Ctx<'_> {
                 dtype,
             }
         } else {
-            OpKind::Gemm {
-                m,
-                n,
-                k,
-                dtype,
-                reuses_b: false,
-            }
+            OpKind::gemm(m, n, k, dtype)
         };
         let deps: Vec<OpId> = deps.to_vec();
         let op = self

@@ -981,6 +981,14 @@ fn readme_examples_run_as_written() {
         std::os::unix::fs::symlink(root.join(dir), d.path().join(dir)).unwrap();
     }
     let exe = env!("CARGO_BIN_EXE_flashoverlap");
+    let run = |line: &str| {
+        std::process::Command::new("bash")
+            .arg("-c")
+            .arg(line)
+            .current_dir(d.path())
+            .output()
+            .unwrap()
+    };
     let (mut ran, mut skipped) = (0, Vec::new());
     for c in &cmds {
         if skip.iter().any(|s| c.contains(s)) {
@@ -989,13 +997,10 @@ fn readme_examples_run_as_written() {
             // (exit 2: a bad flag, or a plan over the memory limit, which is checked
             // first). The pipeline example once missed `--rank-order tp-pp-dp` so.
             if c.starts_with("flashoverlap simulate ") && !c.contains("h100-800g.toml") {
-                let line = format!("{} --max-events 1", c.replacen("flashoverlap", exe, 1));
-                let out = std::process::Command::new("bash")
-                    .arg("-c")
-                    .arg(&line)
-                    .current_dir(d.path())
-                    .output()
-                    .unwrap();
+                let out = run(&format!(
+                    "{} --max-events 1",
+                    c.replacen("flashoverlap", exe, 1)
+                ));
                 let err = String::from_utf8_lossy(&out.stderr);
                 assert!(
                     out.status.code() == Some(1) && err.contains("budget of 1 events"),
@@ -1005,13 +1010,7 @@ fn readme_examples_run_as_written() {
             skipped.push(c.clone());
             continue;
         }
-        let line = c.replacen("flashoverlap", exe, 1);
-        let out = std::process::Command::new("bash")
-            .arg("-c")
-            .arg(&line)
-            .current_dir(d.path())
-            .output()
-            .unwrap();
+        let out = run(&c.replacen("flashoverlap", exe, 1));
         assert!(
             out.status.success(),
             "README example failed: {c}\n{}",

@@ -499,13 +499,7 @@ fn chain_plan(
             step: step as u32,
             slice: 0,
         };
-        let gemm = OpKind::Gemm {
-            m,
-            n,
-            k,
-            dtype: crate::scenario::DType::Bf16,
-            reuses_b: false,
-        };
+        let gemm = OpKind::gemm(m, n, k, crate::scenario::DType::Bf16);
         let g = b.single(c, gemm, &[], t)?;
         gs.push(g);
         if adds {

@@ -378,14 +378,17 @@ fn network_with_stragglers(
     Ok(net)
 }
 
+/// A GEMM's shape, dtype and whether it reuses the B before it: what its time depends on.
+type GemmKey = (u64, u64, u64, usize, bool);
+
 /// The cost model's time of each op ([`COMM`] for sends and receives, whose time the
 /// network decides), before jitter, stragglers and interference. Consecutive ops often
 /// share a shape and plans repeat a few shapes many times, while a profile with measured
 /// points makes each GEMM evaluation a pass over them: GEMM times are kept by shape.
 struct Durations<'g> {
     gpu: &'g crate::scenario::GpuSpec,
-    last: Option<((u64, u64, u64, usize), f64)>,
-    seen: std::collections::BTreeMap<(u64, u64, u64, usize), f64>,
+    last: Option<(GemmKey, f64)>,
+    seen: std::collections::BTreeMap<GemmKey, f64>,
 }
 
 impl<'g> Durations<'g> {
@@ -407,7 +410,7 @@ impl<'g> Durations<'g> {
                 dtype,
                 reuses_b,
             } => {
-                let shape = (m, n, k, 2 * dtype as usize + reuses_b as usize);
+                let shape = (m, n, k, dtype as usize, reuses_b);
                 match self.last {
                     Some((s, t)) if s == shape => t,
                     _ => {

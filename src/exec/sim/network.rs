@@ -196,15 +196,15 @@ impl Network {
     }
 
     /// Re-solve, at time `now`, every component a flow started or finished on since
-    /// the last settle; returns the flows whose rate changed (the others keep their
-    /// completion times).
+    /// the last settle; `touched` ends as the flows whose rate changed (the others keep
+    /// their completion times).
     ///
     /// The engine settles once per instant, after every event of that instant: flows
     /// that start or end together (a ring step's on every rank) cost one solve, not one
     /// each. The rates are those of the instant's last membership either way (a solve's
     /// result depends only on its component's flows), and no time passes between
     /// solves of one instant, so no bytes move at the intermediate rates.
-    pub fn settle(&mut self, now: f64) -> &[u32] {
+    pub fn settle(&mut self, now: f64) {
         let mut seeds = std::mem::take(&mut self.dirty);
         let epoch = self.next_epoch();
         let mut changed = std::mem::take(&mut self.changed);
@@ -224,7 +224,6 @@ impl Network {
         self.changed = std::mem::replace(&mut self.touched, changed);
         seeds.clear();
         self.dirty = seeds;
-        &self.touched
     }
 
     fn next_epoch(&mut self) -> u32 {

@@ -727,13 +727,7 @@ fn gemm_beside_send(
     let g = b
         .single(
             c0,
-            OpKind::Gemm {
-                m,
-                n,
-                k: 4096,
-                dtype: crate::scenario::DType::Bf16,
-                reuses_b: false,
-            },
+            OpKind::gemm(m, n, 4096, crate::scenario::DType::Bf16),
             &[],
             t,
         )
@@ -822,20 +816,7 @@ fn admission_case(
     let c0 = b.stream(0, "compute", StreamKind::Compute);
     let s0 = b.stream(0, "side", StreamKind::Comm);
     let dtype = crate::scenario::DType::Bf16;
-    let g_op = b
-        .single(
-            c0,
-            OpKind::Gemm {
-                m,
-                n,
-                k,
-                dtype,
-                reuses_b: false,
-            },
-            &[],
-            t,
-        )
-        .unwrap();
+    let g_op = b.single(c0, OpKind::gemm(m, n, k, dtype), &[], t).unwrap();
     let mut deps = Vec::new();
     if let Some(at) = ready {
         let s1 = b.stream(0, "delay", StreamKind::Compute);
@@ -922,33 +903,8 @@ fn an_admitted_copy_goes_on_beside_the_next_gemm_at_the_memory_op_rate() {
     b.site("x");
     let c0 = b.stream(0, "compute", StreamKind::Compute);
     let s0 = b.stream(0, "side", StreamKind::Comm);
-    let g1 = b
-        .single(
-            c0,
-            OpKind::Gemm {
-                m,
-                n,
-                k,
-                dtype,
-                reuses_b: false,
-            },
-            &[],
-            t,
-        )
-        .unwrap();
-    b.single(
-        c0,
-        OpKind::Gemm {
-            m,
-            n,
-            k,
-            dtype,
-            reuses_b: false,
-        },
-        &[],
-        t,
-    )
-    .unwrap();
+    let g1 = b.single(c0, OpKind::gemm(m, n, k, dtype), &[], t).unwrap();
+    b.single(c0, OpKind::gemm(m, n, k, dtype), &[], t).unwrap();
     let cp = b.single(s0, OpKind::Copy { bytes }, &[], t).unwrap();
     let plan = b.finish().unwrap();
     let mut i = model(Transport::CopyEngine, 8, 1.0, 3.0).unwrap();
@@ -987,13 +943,7 @@ fn a_reduction_beside_a_gemm_slows_both_while_they_overlap() {
         b.site("x");
         let c0 = b.stream(0, "compute", StreamKind::Compute);
         let s0 = b.stream(0, "side", kind);
-        let gemm = OpKind::Gemm {
-            m,
-            n,
-            k,
-            dtype: crate::scenario::DType::Bf16,
-            reuses_b: false,
-        };
+        let gemm = OpKind::gemm(m, n, k, crate::scenario::DType::Bf16);
         let g = b.single(c0, gemm, &[], t).unwrap();
         let add = OpKind::Elementwise {
             kind: crate::plan::EltKind::Add,
@@ -1312,13 +1262,7 @@ fn stragglers_slow_their_rank_or_link_by_the_factor() {
     b.site("x");
     for r in 0..2 {
         let s = b.stream(r, "compute", StreamKind::Compute);
-        let g = OpKind::Gemm {
-            m: 4096,
-            n: 4096,
-            k: 4096,
-            dtype: crate::scenario::DType::Bf16,
-            reuses_b: false,
-        };
+        let g = OpKind::gemm(4096, 4096, 4096, crate::scenario::DType::Bf16);
         b.single(s, g, &[], t).unwrap();
     }
     let plan = b.finish().unwrap();

@@ -273,13 +273,7 @@ impl Ctx<'_> {
         k: u64,
         after: &PerRank,
     ) -> Result<PerRank, StrategyError> {
-        let kind = OpKind::Gemm {
-            m,
-            n,
-            k,
-            dtype: self.s.dtype,
-            reuses_b: false,
-        };
+        let kind = OpKind::gemm(m, n, k, self.s.dtype);
         self.each(site, kind, after)
     }
 

@@ -40,6 +40,7 @@ use crate::report::{self, Figures};
 use crate::scenario::{PpSchedule, RankOrder, Recompute, Scenario, Strategy};
 use crate::simulate;
 use crate::sweep::{Grid, Shard};
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -711,9 +712,18 @@ fn simulate_all(
         deadline,
         ..opts.clone()
     };
+    // The strategies run side by side (a search's layouts take from a few milliseconds
+    // to tens of seconds each: one layout's strategies on idle cores shorten its tail).
+    // Each run is independent of the others, so the figures are those of one after the
+    // other; an error is the first strategy's in the order given.
     let mut runs: Vec<Option<simulate::StrategyRun>> = Vec::with_capacity(strategies.len());
-    for &s in strategies {
-        match simulate::run_strategy(&sc, s, &timed) {
+    let timed_runs: Vec<_> = strategies
+        .par_iter()
+        .with_max_len(1)
+        .map(|&s| simulate::run_strategy(&sc, s, &timed))
+        .collect();
+    for r in timed_runs {
+        match r {
             Ok(r) => runs.push(Some(r)),
             Err(simulate::RunError::Sim {
                 source: SimError::PastDeadline { .. },
@@ -727,12 +737,15 @@ fn simulate_all(
     }
     // Some strategy ends in time: the others' rows are wanted too.
     let runs = strategies
-        .iter()
+        .par_iter()
         .zip(runs)
+        .with_max_len(1)
         .map(|(&s, r)| match r {
             Some(r) => Ok(r),
             None => simulate::run_strategy(&sc, s, &opts).map_err(fail),
         })
+        .collect::<Vec<_>>()
+        .into_iter()
         .collect::<Result<Vec<_>, _>>()?;
     let sequential_makespan = simulate::baseline(&sc, &runs, &opts).map_err(fail)?;
     let run = simulate::ScenarioRun {

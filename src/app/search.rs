@@ -326,6 +326,7 @@ pub fn run(a: &Request, pb: &dyn Progress) -> Result<Searched, Error> {
         pool.install(|| {
             candidates
                 .par_iter()
+                .with_max_len(1)
                 .map(|c| {
                     c.scenario(&grid, a.space.order)
                         .and_then(|sc| search::floor(c, &sc, &strategies))
@@ -357,7 +358,12 @@ pub fn run(a: &Request, pb: &dyn Progress) -> Result<Searched, Error> {
     let stop = AtomicBool::new(false);
     let screen_all = |set: &[&search::Candidate], deadline: Option<f64>| {
         pool.install(|| {
+            // One layout per piece of work: layouts take from milliseconds to tens of
+            // seconds, and a piece of several runs them one after another on one thread
+            // while the others idle (the last pipelines of the 1024-GPU search ran so,
+            // for 20 s, on one of two cores).
             set.par_iter()
+                .with_max_len(1)
                 .map(|c| {
                     if stop.load(Ordering::Relaxed) {
                         return None;
@@ -433,6 +439,7 @@ pub fn run(a: &Request, pb: &dyn Progress) -> Result<Searched, Error> {
         .collect();
     let exact: Vec<Result<crate::report::Figures, search::SearchError>> = pool.install(|| {
         todo.par_iter()
+            .with_max_len(1)
             .map(|&i| {
                 let c = &candidates[rows[i].index as usize];
                 c.scenario(&grid, a.space.order)

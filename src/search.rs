@@ -20,12 +20,13 @@
 //!
 //! 4. **Bound** (ranking by tokens/s, MFU or step time, unless `--no-prune`): every
 //!    layout gets a floor on its step time without simulation ([`floor`]: the busiest
-//!    stream's compute, communication free). The `max(top, verify)` layouts with the
-//!    lowest floors are simulated first; the step time of the best row of that rank they
-//!    give, plus [`PRUNE_MARGIN`], is the bar. A layout whose floor passes the bar is left out
-//!    unsimulated, and one whose simulation passes the bar under every strategy is
-//!    stopped there (more micro-batches never end a step sooner). Neither can reach
-//!    the table. Every shard computes the same floors and bar.
+//!    stream's compute or the compute critical path, communication free). The
+//!    `max(top, verify)` layouts with the lowest floors are simulated first; the step
+//!    time of the best row of that rank they give, plus [`PRUNE_MARGIN`], is the bar.
+//!    A layout whose floor passes the bar is left out unsimulated, and one whose
+//!    simulation passes the bar under every strategy is stopped there (more
+//!    micro-batches never end a step sooner). Neither can reach the table. Every
+//!    shard computes the same floors and bar.
 //!
 //! Screening: a step's time is linear in its micro-batches once the pipeline is full
 //! (each further micro-batch adds one forward and backward per stage; the fill, drain and
@@ -584,14 +585,18 @@ pub fn floor_bounds(by: &RankBy) -> bool {
 }
 
 /// A floor on candidate `c`'s step time (µs) under its best strategy, found without
-/// simulating: the busiest stream's compute alone ([`crate::exec::sim::stream_compute`]),
-/// the least over `strategies`. Every rank of a layout computes the same share, whatever
-/// dp is: the floor is taken on a plan of the fewest data-parallel replicas the layout's
-/// groups allow (one for a dense model; enough for the expert-parallel groups of a MoE
-/// model), with no communication timed. A stream's compute grows by the same amount with
-/// each micro-batch, so a layout with many micro-batches is built with one and two (pp
-/// and 2·pp interleaved) and the floor carried along the line through them, stream by
-/// stream.
+/// simulating: the larger of the busiest stream's compute alone
+/// ([`crate::exec::sim::stream_compute`]) and the compute critical path with
+/// communication free ([`crate::exec::sim::compute_critical_path`]: a pipeline's fill
+/// and drain), the least over `strategies`. Every rank of a layout computes the same
+/// share, whatever dp is: the floor is taken on a plan of the fewest data-parallel
+/// replicas the layout's groups allow (one for a dense model; enough for the
+/// expert-parallel groups of a MoE model), with no communication timed (the replicas
+/// left out only add communication and its waits). A stream's compute grows by the same
+/// amount with each micro-batch, so a layout with many micro-batches is built with one
+/// and two (pp and 2·pp interleaved) and the floor carried along the line through them,
+/// stream by stream; the critical path is taken at the second point (a step of fewer
+/// micro-batches never ends later) or, with few micro-batches, on the whole step.
 pub fn floor(c: &Candidate, sc: &Scenario, strategies: &[Strategy]) -> Result<f64, SearchError> {
     let l = &c.layout;
     let fail = |reason: String| SearchError::Layout {
@@ -603,9 +608,10 @@ pub fn floor(c: &Candidate, sc: &Scenario, strategies: &[Strategy]) -> Result<f6
     small.parallel.dp = (1..=sc.parallel.dp)
         .find(|d| sc.parallel.dp % d == 0 && (group * d) % sc.parallel.ep.max(1) == 0)
         .unwrap_or(sc.parallel.dp);
-    // Each stream's compute, by (rank, stream name).
+    // Each stream's compute, by (rank, stream name), and the plan's compute critical
+    // path.
     type Busy = Vec<((u32, String), f64)>;
-    let busy = |m: u64, s: Strategy| -> Result<Busy, SearchError> {
+    let busy = |m: u64, s: Strategy| -> Result<(Busy, f64), SearchError> {
         let mut sc = small.clone();
         sc.micro_batches = m;
         let plan =
@@ -613,12 +619,16 @@ pub fn floor(c: &Candidate, sc: &Scenario, strategies: &[Strategy]) -> Result<f6
                 .map_err(|e| fail(e.to_string()))?;
         let b = crate::exec::sim::stream_compute(&plan, &sc.hardware)
             .map_err(|e| fail(e.to_string()))?;
-        Ok(plan
-            .streams
-            .iter()
-            .map(|st| (st.rank, st.name.clone()))
-            .zip(b)
-            .collect())
+        let path = crate::exec::sim::compute_critical_path(&plan, &sc.hardware)
+            .map_err(|e| fail(e.to_string()))?;
+        Ok((
+            plan.streams
+                .iter()
+                .map(|st| (st.rank, st.name.clone()))
+                .zip(b)
+                .collect(),
+            path,
+        ))
     };
     // Two small points: compute is the same for every micro-batch, so its line is
     // exact from one micro-batch on (the interleaved schedule takes multiples of pp).
@@ -628,16 +638,20 @@ pub fn floor(c: &Candidate, sc: &Scenario, strategies: &[Strategy]) -> Result<f6
     } else {
         (1, 2)
     };
+    // The critical path of a step of fewer micro-batches bounds this one's too (more
+    // micro-batches never end a step sooner); at m itself it holds the whole step's
+    // pipeline fill and drain.
     let whole = |s| -> Result<f64, SearchError> {
-        Ok(busy(m, s)?.into_iter().map(|(_, t)| t).fold(0.0, f64::max))
+        let (b, path) = busy(m, s)?;
+        Ok(b.into_iter().map(|(_, t)| t).fold(path, f64::max))
     };
     let mut best = f64::INFINITY;
     for &s in strategies {
         let f = if m <= m2 {
             whole(s)?
         } else {
-            let a = busy(m1, s)?;
-            let b = busy(m2, s)?;
+            let (a, _) = busy(m1, s)?;
+            let (b, path) = busy(m2, s)?;
             if a.len() != b.len() || a.iter().zip(&b).any(|(x, y)| x.0 != y.0) {
                 // Streams that differ between the points: the whole step.
                 whole(s)?
@@ -646,7 +660,7 @@ pub fn floor(c: &Candidate, sc: &Scenario, strategies: &[Strategy]) -> Result<f6
                 a.iter()
                     .zip(&b)
                     .map(|((_, x), (_, y))| y + (y - x) * k)
-                    .fold(0.0, f64::max)
+                    .fold(path, f64::max)
             }
         };
         best = best.min(f);

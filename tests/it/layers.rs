@@ -6,7 +6,7 @@
 
 use flashoverlap::config;
 use flashoverlap::cost;
-use flashoverlap::exec::sim::SimOptions;
+use flashoverlap::exec::sim::{SimOptions, compute_critical_path, stream_compute};
 use flashoverlap::plan::{NO_PARTNER, OpKind, Plan};
 use flashoverlap::scenario::{GpuSpec, Scenario, Strategy, Workload};
 use flashoverlap::simulate::run_strategy;
@@ -200,6 +200,7 @@ fn opts() -> SimOptions {
 
 #[test]
 fn with_communication_free_the_time_is_the_compute_critical_path() {
+    let mut exact = 0;
     for (w, dp, u) in CASES {
         let sc = scenario_u(w, 1e290, false, dp, u);
         for s in STRATEGIES
@@ -213,8 +214,21 @@ fn with_communication_free_the_time_is_the_compute_critical_path() {
                 (got - want).abs() <= 1e-9 * want,
                 "{w:?} dp {dp} u {u} {s}: simulated {got} vs compute critical path {want}"
             );
+            // The library's one pass (the search's floor) finds the same path where no
+            // NCCL channel adds its latencies (which it leaves out), else a shorter one.
+            let lib = compute_critical_path(&r.plan, &sc.hardware).unwrap();
+            if r.plan.streams.iter().all(|st| st.wire.is_none()) {
+                exact += 1;
+                assert!(
+                    (lib - want).abs() <= 1e-9 * want,
+                    "{w:?} dp {dp} u {u} {s}: compute_critical_path {lib} vs {want}"
+                );
+            } else {
+                assert!(lib <= want * (1.0 + 1e-12), "{w:?} dp {dp} u {u} {s}");
+            }
         }
     }
+    assert!(exact >= 20, "only {exact} plans without NCCL channels");
 }
 
 #[test]
@@ -1183,5 +1197,42 @@ fn a_symmetric_moe_step_equals_the_full_one() {
         let end = |r: &sim::SimResult| r.times.iter().map(|t| t.end).fold(0.0, f64::max);
         let (x, y) = (end(&a), end(&b));
         assert!((x - y).abs() <= 1e-9 * x, "{s}: full {x} vs symmetric {y}");
+    }
+}
+
+/// With communication, interference and pipeline stages, the compute critical path lies
+/// between the busiest stream's compute and the simulated makespan: the two floors the
+/// search prunes by never pass the step they stand for.
+#[test]
+fn the_compute_critical_path_lies_between_the_busiest_stream_and_the_makespan() {
+    for (pp, dp, m) in [(1, 2, 2), (2, 2, 4), (4, 1, 6)] {
+        let mut sc = config::load_scenario("default").unwrap();
+        sc.model = config::load_model("llama-3-8b", None).unwrap();
+        sc.model.layers = 4;
+        sc.workload = Workload::Step;
+        sc.parallel.tp = 8 / (pp * dp);
+        sc.parallel.pp = pp;
+        sc.parallel.dp = dp;
+        sc.batch = 1;
+        sc.micro_batches = m;
+        sc.seq = 2048;
+        for s in [Strategy::Sequential, Strategy::Chunked(4), Strategy::Flash] {
+            let r = run_strategy(&sc, s, &opts()).unwrap();
+            let cp = compute_critical_path(&r.plan, &sc.hardware).unwrap();
+            let busiest = stream_compute(&r.plan, &sc.hardware)
+                .unwrap()
+                .into_iter()
+                .fold(0.0, f64::max);
+            let got = r.metrics.makespan;
+            assert!(
+                busiest <= cp * (1.0 + 1e-12),
+                "pp {pp} {s}: {busiest} > {cp}"
+            );
+            assert!(cp <= got * (1.0 + 1e-12), "pp {pp} {s}: {cp} > {got}");
+            if pp > 1 {
+                // The fill and drain: the path is well above any one stream's work.
+                assert!(cp > 1.05 * busiest, "pp {pp} {s}: {cp} vs {busiest}");
+            }
+        }
     }
 }

@@ -472,6 +472,102 @@ pub fn stream_compute(plan: &Plan, hw: &Hardware) -> Result<Vec<f64>, SimError> 
     Ok(busy)
 }
 
+/// The plan's compute critical path (seconds) with communication free: the longest
+/// path under the engine's rules — a launch starts when the previous launch of its
+/// stream and every dependency of its ops have ended; a compute op lasts its cost-model
+/// time; a send or recv ends as soon as both it and its partner are posted (the later
+/// of their launches' starts); a launch ends with its last op. A lower bound on the
+/// makespan for the reason [`stream_compute`]'s is (communication only delays, nothing
+/// shortens an op), and at least as high as that one: it adds the waits that
+/// dependencies impose, such as a pipeline's fill and drain. One pass in topological
+/// order over launch starts and ends (linear in ops and dependencies).
+pub fn compute_critical_path(plan: &Plan, hw: &Hardware) -> Result<f64, SimError> {
+    let nl = plan.launch_count();
+    let mut durations = Durations::new(&hw.gpu);
+    // Nodes: 2·l a launch's start, 2·l + 1 its ops' ends. In-degrees: a start waits for
+    // the previous launch's end and each dependency edge; an end for its start and each
+    // send or recv's partner launch's start.
+    let mut waits = vec![0u32; 2 * nl];
+    for l in 0..nl as LaunchId {
+        if let Some(n) = plan.next_launch(l) {
+            waits[2 * n as usize] += 1;
+        }
+        waits[2 * l as usize + 1] += 1;
+        for &op in plan.launch_ops(l) {
+            waits[2 * l as usize] += plan.deps(op).len() as u32;
+            if plan.partner(op) != NO_PARTNER {
+                waits[2 * l as usize + 1] += 1;
+            }
+        }
+    }
+    let mut start = vec![0.0f64; nl];
+    let mut end_op = vec![0.0f64; plan.op_count()];
+    let mut end = 0.0f64;
+    let mut ready: Vec<usize> = (0..2 * nl).filter(|&v| waits[v] == 0).collect();
+    let mut done = 0usize;
+    let release = |v: usize, waits: &mut Vec<u32>, ready: &mut Vec<usize>| {
+        waits[v] -= 1;
+        if waits[v] == 0 {
+            ready.push(v);
+        }
+    };
+    while let Some(v) = ready.pop() {
+        done += 1;
+        let l = (v / 2) as LaunchId;
+        if v % 2 == 0 {
+            // Its start is final: the previous launch's end and the dependencies' ends
+            // were folded in as they came.
+            for &op in plan.launch_ops(l) {
+                let p = plan.partner(op);
+                if p != NO_PARTNER {
+                    release(2 * plan.op_launch(p) as usize + 1, &mut waits, &mut ready);
+                }
+            }
+            release(v + 1, &mut waits, &mut ready);
+        } else {
+            let t0 = start[l as usize];
+            let mut last = t0;
+            for &op in plan.launch_ops(l) {
+                let d = durations.of(&plan.ops[op as usize].kind)?;
+                let e = if d == COMM {
+                    let p = plan.partner(op);
+                    if p == NO_PARTNER {
+                        t0
+                    } else {
+                        t0.max(start[plan.op_launch(p) as usize])
+                    }
+                } else {
+                    t0 + d
+                };
+                end_op[op as usize] = e;
+                last = last.max(e);
+                for &m in plan.dependents(op) {
+                    start[m as usize] = start[m as usize].max(e);
+                    release(2 * m as usize, &mut waits, &mut ready);
+                }
+            }
+            end = end.max(last);
+            if let Some(n) = plan.next_launch(l) {
+                start[n as usize] = start[n as usize].max(last);
+                release(2 * n as usize, &mut waits, &mut ready);
+            }
+        }
+    }
+    if done < 2 * nl {
+        // A cycle: a launch that never became ready (a validated plan has none).
+        let stuck = (0..nl as LaunchId)
+            .filter(|&l| waits[2 * l as usize] > 0 || waits[2 * l as usize + 1] > 0)
+            .find_map(|l| plan.launch_ops(l).first().copied());
+        return Err(SimError::Deadlock {
+            done: end_op.iter().filter(|&&e| e > 0.0).count(),
+            total: plan.op_count(),
+            label: stuck.map_or_else(|| "?".into(), |op| plan.label(op)),
+            rank: stuck.map_or(0, |op| plan.ops[op as usize].rank),
+        });
+    }
+    Ok(end)
+}
+
 impl<'p, P: Program, B: Book<P>> Engine<'p, P, B> {
     fn new(
         plan: &'p P,

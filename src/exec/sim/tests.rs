@@ -698,6 +698,11 @@ fn head_to_head_sends_deadlock_in_the_engine() {
         }
         other => panic!("expected a deadlock, got {other:?}"),
     }
+    // The critical path has no order to follow either: an error, not a number.
+    assert!(matches!(
+        super::compute_critical_path(&plan, &hw),
+        Err(SimError::Deadlock { total: 4, .. })
+    ));
 }
 
 // ---- interference -------------------------------------------------------------------

@@ -28,6 +28,19 @@ pub(super) struct Flow {
     pub serial: u64,
 }
 
+impl Flow {
+    /// Bring the bytes left up to `now` at the current rate (an infinite rate has
+    /// moved them all).
+    fn advance(&mut self, now: f64) {
+        if self.rate.is_finite() {
+            self.remaining = (self.remaining - self.rate * (now - self.last)).max(0.0);
+        } else {
+            self.remaining = 0.0;
+        }
+        self.last = now;
+    }
+}
+
 pub(super) struct Network {
     capacity: Vec<f64>,
     on_link: Vec<Vec<u32>>,
@@ -272,12 +285,7 @@ impl Network {
         // Bring every flow of the component up to `now` at its old rate.
         for &f in &self.touched {
             let fl = &mut self.flows[f as usize];
-            if fl.rate.is_finite() {
-                fl.remaining = (fl.remaining - fl.rate * (now - fl.last)).max(0.0);
-            } else {
-                fl.remaining = 0.0;
-            }
-            fl.last = now;
+            fl.advance(now);
             self.frozen[f as usize] = false;
             self.prev_rate[f as usize] = fl.rate;
         }
@@ -393,12 +401,7 @@ impl Network {
         }
         self.flow_stamp[f as usize] = epoch;
         let fl = &mut self.flows[f as usize];
-        if fl.rate.is_finite() {
-            fl.remaining = (fl.remaining - fl.rate * (now - fl.last)).max(0.0);
-        } else {
-            fl.remaining = 0.0;
-        }
-        fl.last = now;
+        fl.advance(now);
         let prev = fl.rate;
         self.prev_rate[f as usize] = prev;
         self.frozen[f as usize] = true;

@@ -608,10 +608,10 @@ pub fn floor(c: &Candidate, sc: &Scenario, strategies: &[Strategy]) -> Result<f6
     small.parallel.dp = (1..=sc.parallel.dp)
         .find(|d| sc.parallel.dp % d == 0 && (group * d) % sc.parallel.ep.max(1) == 0)
         .unwrap_or(sc.parallel.dp);
-    // Each stream's compute, by (rank, stream name), and the plan's compute critical
-    // path.
+    // Each stream's compute, by (rank, stream name), and (if `path`) the plan's compute
+    // critical path.
     type Busy = Vec<((u32, String), f64)>;
-    let busy = |m: u64, s: Strategy| -> Result<(Busy, f64), SearchError> {
+    let busy = |m: u64, s: Strategy, path: bool| -> Result<(Busy, f64), SearchError> {
         let mut sc = small.clone();
         sc.micro_batches = m;
         let plan =
@@ -619,8 +619,12 @@ pub fn floor(c: &Candidate, sc: &Scenario, strategies: &[Strategy]) -> Result<f6
                 .map_err(|e| fail(e.to_string()))?;
         let b = crate::exec::sim::stream_compute(&plan, &sc.hardware)
             .map_err(|e| fail(e.to_string()))?;
-        let path = crate::exec::sim::compute_critical_path(&plan, &sc.hardware)
-            .map_err(|e| fail(e.to_string()))?;
+        let path = if path {
+            crate::exec::sim::compute_critical_path(&plan, &sc.hardware)
+                .map_err(|e| fail(e.to_string()))?
+        } else {
+            0.0
+        };
         Ok((
             plan.streams
                 .iter()
@@ -642,7 +646,7 @@ pub fn floor(c: &Candidate, sc: &Scenario, strategies: &[Strategy]) -> Result<f6
     // micro-batches never end a step sooner); at m itself it holds the whole step's
     // pipeline fill and drain.
     let whole = |s| -> Result<f64, SearchError> {
-        let (b, path) = busy(m, s)?;
+        let (b, path) = busy(m, s, true)?;
         Ok(b.into_iter().map(|(_, t)| t).fold(path, f64::max))
     };
     let mut best = f64::INFINITY;
@@ -650,8 +654,8 @@ pub fn floor(c: &Candidate, sc: &Scenario, strategies: &[Strategy]) -> Result<f6
         let f = if m <= m2 {
             whole(s)?
         } else {
-            let (a, _) = busy(m1, s)?;
-            let (b, path) = busy(m2, s)?;
+            let (a, _) = busy(m1, s, false)?;
+            let (b, path) = busy(m2, s, true)?;
             if a.len() != b.len() || a.iter().zip(&b).any(|(x, y)| x.0 != y.0) {
                 // Streams that differ between the points: the whole step.
                 whole(s)?

@@ -501,8 +501,8 @@ pub fn compute_critical_path(plan: &Plan, hw: &Hardware) -> Result<f64, SimError
         }
     }
     let mut start = vec![0.0f64; nl];
-    let mut end_op = vec![0.0f64; plan.op_count()];
     let mut end = 0.0f64;
+    let mut ops_done = 0usize;
     let mut ready: Vec<usize> = (0..2 * nl).filter(|&v| waits[v] == 0).collect();
     let mut done = 0usize;
     let release = |v: usize, waits: &mut Vec<u32>, ready: &mut Vec<usize>| {
@@ -539,7 +539,6 @@ pub fn compute_critical_path(plan: &Plan, hw: &Hardware) -> Result<f64, SimError
                 } else {
                     t0 + d
                 };
-                end_op[op as usize] = e;
                 last = last.max(e);
                 for &m in plan.dependents(op) {
                     start[m as usize] = start[m as usize].max(e);
@@ -547,6 +546,7 @@ pub fn compute_critical_path(plan: &Plan, hw: &Hardware) -> Result<f64, SimError
                 }
             }
             end = end.max(last);
+            ops_done += plan.launch_ops(l).len();
             if let Some(n) = plan.next_launch(l) {
                 start[n as usize] = start[n as usize].max(last);
                 release(2 * n as usize, &mut waits, &mut ready);
@@ -559,7 +559,7 @@ pub fn compute_critical_path(plan: &Plan, hw: &Hardware) -> Result<f64, SimError
             .filter(|&l| waits[2 * l as usize] > 0 || waits[2 * l as usize + 1] > 0)
             .find_map(|l| plan.launch_ops(l).first().copied());
         return Err(SimError::Deadlock {
-            done: end_op.iter().filter(|&&e| e > 0.0).count(),
+            done: ops_done,
             total: plan.op_count(),
             label: stuck.map_or_else(|| "?".into(), |op| plan.label(op)),
             rank: stuck.map_or(0, |op| plan.ops[op as usize].rank),

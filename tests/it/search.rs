@@ -286,7 +286,7 @@ fn a_dry_run_lists_the_layouts_and_simulates_nothing() {
 #[test]
 fn layouts_over_the_event_budget_are_counted_not_ranked() {
     let all = json(&[]);
-    let tight = json(&["--max-events", "150000"]);
+    let tight = json(&["--max-events", "110000"]);
     let over: Vec<&str> = tight["counts"]["over_budget"]
         .as_array()
         .unwrap()
@@ -298,7 +298,7 @@ fn layouts_over_the_event_budget_are_counted_not_ranked() {
         rows(&tight).len() < rows(&all).len(),
         "layouts over the budget were ranked"
     );
-    let out = search(&["--max-events", "150000"]);
+    let out = search(&["--max-events", "110000"]);
     assert!(out.contains("over the simulation budget"), "{out}");
     let none = search(&["--max-events", "10"]);
     assert!(

@@ -60,6 +60,12 @@ struct Running {
     /// When the op started.
     started: f64,
     version: u32,
+    /// When the op ends at its current factor, the sequence number its completion event
+    /// has (or will have: a later end is not queued again, see [`Resched::Deferred`]),
+    /// and the time of its live completion event in the queue (`+inf`: none).
+    due: f64,
+    due_seq: u64,
+    queued: f64,
     /// A GEMM's (groups, m, n, k, dtype).
     gemm: Option<(u64, u64, u64, u64, DType)>,
     /// A side op (a reduction; with SM admission also a copy on a communication stream),
@@ -94,9 +100,22 @@ pub(super) struct InterferenceState {
     sm_cache: BTreeMap<(u64, u64, u64, u64, usize, u64), f64>,
 }
 
-/// An event to (re)schedule: op, time, version, and whether it is a GEMM's tail (the
-/// start of its last, partial wave) rather than the op's completion.
-pub(super) type Reschedule = (OpId, f64, u32, bool);
+/// An event to (re)schedule: op, time, version, and which.
+pub(super) type Reschedule = (OpId, f64, u32, Resched);
+
+/// What a [`Reschedule`] asks of the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Resched {
+    /// Queue the completion of the running op at this index of its rank's list, and
+    /// note its sequence number there ([`InterferenceState::set_due_seq`]).
+    Done(usize),
+    /// The op's completion moved later than its live queued one: queue nothing, take a
+    /// sequence number and note it; the queued event re-queues itself under it when it
+    /// pops. Every live key is the one an eager reschedule would have queued.
+    Deferred(usize),
+    /// Queue a GEMM's tail (the start of its last, partial wave).
+    Tail,
+}
 
 impl InterferenceState {
     pub fn new(model: Interference, ranks: usize, blocks: usize) -> InterferenceState {
@@ -174,6 +193,9 @@ impl InterferenceState {
             since: now,
             started: now,
             version: 0,
+            due: f64::INFINITY,
+            due_seq: 0,
+            queued: f64::INFINITY,
             gemm,
             side,
             copy,
@@ -182,6 +204,28 @@ impl InterferenceState {
             sms: u64::MAX,
             sm_factor: 1.0,
         });
+    }
+
+    /// The due time and sequence number of `op`'s completion, if `version` is its live
+    /// completion event.
+    pub fn due(&self, rank: u32, op: OpId, version: u32) -> Option<(f64, u64)> {
+        self.running[rank as usize]
+            .iter()
+            .find(|e| e.op == op && e.version == version)
+            .map(|e| (e.due, e.due_seq))
+    }
+
+    /// The sequence number of the completion just scheduled (or deferred) for the
+    /// running op at index `i` of `rank`'s list.
+    pub fn set_due_seq(&mut self, rank: u32, i: usize, seq: u64) {
+        self.running[rank as usize][i].due_seq = seq;
+    }
+
+    /// `op`'s live completion event popped early and was queued again at its due time.
+    pub fn requeued(&mut self, rank: u32, op: OpId) {
+        if let Some(e) = self.running[rank as usize].iter_mut().find(|e| e.op == op) {
+            e.queued = e.due;
+        }
     }
 
     /// Compute op `op` of `rank` finished.
@@ -388,12 +432,31 @@ impl InterferenceState {
             }
             p.since = now;
             p.factor = f;
+            if !f.is_finite() {
+                // Blocked: no completion until admitted; the queued ones are stale.
+                p.version = p.version.wrapping_add(1);
+                p.queued = f64::INFINITY;
+                continue;
+            }
+            let at = now + p.left * d * f;
+            p.due = at;
+            // Without SM admission an op has no tail event, whose time a deferral would
+            // leave live at its old value.
+            if !admission && at >= p.queued && at <= super::MAX_SIM_SECONDS && super::defer_later()
+            {
+                out.push((p.op, at, p.version, Resched::Deferred(i)));
+                continue;
+            }
             p.version = p.version.wrapping_add(1);
-            if f.is_finite() {
-                out.push((p.op, now + p.left * d * f, p.version, false));
-                if tail > 0.0 && p.left > tail + 1e-9 {
-                    out.push((p.op, now + (p.left - tail) * d * f, p.version, true));
-                }
+            p.queued = at;
+            out.push((p.op, at, p.version, Resched::Done(i)));
+            if tail > 0.0 && p.left > tail + 1e-9 {
+                out.push((
+                    p.op,
+                    now + (p.left - tail) * d * f,
+                    p.version,
+                    Resched::Tail,
+                ));
             }
         }
         Ok(())

@@ -28,6 +28,7 @@ use crate::scenario::{
 use crate::topology::{Router, TopologyError};
 use book::{Book, Dense, Streamed};
 use interference::InterferenceState;
+use interference::Resched;
 use network::Network;
 use ordered_float::NotNan;
 use program::Program;
@@ -188,11 +189,37 @@ struct LaunchState {
 /// Marks a send or recv in the duration table: its time comes from the network.
 const COMM: f64 = -1.0;
 
+/// Whether a completion that moves later than its queued event waits for that event to
+/// pop (the engine's way) rather than being queued again at once; tests turn it off to
+/// check that it changes no time.
+#[inline]
+fn defer_later() -> bool {
+    #[cfg(test)]
+    {
+        !EAGER.with(|e| e.get())
+    }
+    #[cfg(not(test))]
+    {
+        true
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    static EAGER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 struct Transfer {
     send: OpId,
     recv: OpId,
     bytes: u64,
     started: f64,
+    /// When the flow ends at its current rate, and the sequence number its completion
+    /// event has (or will have: see [`Engine::reschedule`]).
+    due: f64,
+    due_seq: u64,
+    /// The time of the flow's live completion event in the queue; `+inf` for none.
+    queued: f64,
 }
 
 /// The queue length below which stale completions are left to be skipped as popped.
@@ -616,13 +643,20 @@ impl<'p, P: Program, B: Book<P>> Engine<'p, P, B> {
         }
         let mut out = std::mem::take(&mut self.resched);
         st.refresh(&self.hw.gpu, rank, self.now, &mut out)?;
-        for &(op, at, v, tail) in &out {
-            let ev = if tail {
-                Ev::GemmTail(op, v, rank)
-            } else {
-                Ev::ComputeDone(op, v, rank)
-            };
-            self.schedule(at, ev, op)?;
+        for &(op, at, v, what) in &out {
+            match what {
+                Resched::Done(i) => {
+                    self.schedule(at, Ev::ComputeDone(op, v, rank), op)?;
+                    let st = self.interference.as_mut().expect("interference on");
+                    st.set_due_seq(rank, i, self.seq);
+                }
+                Resched::Deferred(i) => {
+                    self.seq += 1;
+                    let st = self.interference.as_mut().expect("interference on");
+                    st.set_due_seq(rank, i, self.seq);
+                }
+                Resched::Tail => self.schedule(at, Ev::GemmTail(op, v, rank), op)?,
+            }
         }
         out.clear();
         self.resched = out;
@@ -700,10 +734,16 @@ impl<'p, P: Program, B: Book<P>> Engine<'p, P, B> {
                 Ev::OpDone(op) => self.op_done(op)?,
                 Ev::ComputeDone(op, v, rank) => {
                     let st = self.interference.as_mut().expect("interference on");
-                    if st.current(rank, op, v) {
-                        st.compute_done(rank, op);
-                        self.op_done(op)?;
-                        self.refresh(rank)?;
+                    if let Some((due, due_seq)) = st.due(rank, op, v) {
+                        let due_key = queue::key(NotNan::new(due).expect("finite"), due_seq);
+                        if key == due_key {
+                            st.compute_done(rank, op);
+                            self.op_done(op)?;
+                            self.refresh(rank)?;
+                        } else {
+                            st.requeued(rank, op);
+                            self.requeue(due_key, ev);
+                        }
                     }
                 }
                 Ev::GemmTail(op, v, rank) => {
@@ -716,7 +756,7 @@ impl<'p, P: Program, B: Book<P>> Engine<'p, P, B> {
                 Ev::FlowDone(f, v) => {
                     let fl = &self.net.flows[f as usize];
                     if fl.version == v && fl.active {
-                        self.flow_done(f)?;
+                        self.flow_due(f, key, v)?;
                     }
                 }
             }
@@ -868,6 +908,9 @@ impl<'p, P: Program, B: Book<P>> Engine<'p, P, B> {
             recv,
             bytes,
             started: self.now,
+            due: f64::INFINITY,
+            due_seq: 0,
+            queued: f64::INFINITY,
         };
         // The network hands out the slot of a released flow where it has one; the
         // transfer takes the same index.
@@ -902,16 +945,60 @@ impl<'p, P: Program, B: Book<P>> Engine<'p, P, B> {
         r
     }
 
+    /// Schedule the completion of each flow in `flows` at its new rate. A completion
+    /// that moves later than the flow's live queued one is not queued again: the new
+    /// time and a sequence number taken now are noted, and the queued event, when it
+    /// pops, re-queues itself under exactly that key ([`Engine::flow_due`]). Every live
+    /// key is the one an eager reschedule would have queued, so events pop in the same
+    /// order; only the stale completions (a third of a jittered run's events) are fewer.
     fn reschedule(&mut self, flows: &[u32]) -> Result<(), SimError> {
         for &g in flows {
+            let fl = &self.net.flows[g as usize];
+            let (rem, rate) = (fl.remaining, fl.rate);
+            let dt = if rem <= 0.0 { 0.0 } else { rem / rate };
+            let at = self.now + dt;
+            let t = &mut self.transfers[g as usize];
+            if at >= t.queued && at <= MAX_SIM_SECONDS && defer_later() {
+                self.seq += 1;
+                t.due = at;
+                t.due_seq = self.seq;
+                continue;
+            }
             let fl = &mut self.net.flows[g as usize];
             fl.version = fl.version.wrapping_add(1);
-            let (v, rem, rate) = (fl.version, fl.remaining, fl.rate);
-            let dt = if rem <= 0.0 { 0.0 } else { rem / rate };
-            let send = self.transfers[g as usize].send;
-            self.schedule(self.now + dt, Ev::FlowDone(g, v), send)?;
+            let v = fl.version;
+            let send = t.send;
+            self.schedule(at, Ev::FlowDone(g, v), send)?;
+            let t = &mut self.transfers[g as usize];
+            t.due = at;
+            t.due_seq = self.seq;
+            t.queued = at;
         }
         Ok(())
+    }
+
+    /// Flow `f`'s live completion event popped under `key`: the flow ends now if its
+    /// due time is this event's, else (its rate fell since the event was queued) the
+    /// event is queued again at the due time, under the key noted then.
+    fn flow_due(&mut self, f: u32, key: u128, v: u32) -> Result<(), SimError> {
+        let t = &mut self.transfers[f as usize];
+        let due = NotNan::new(t.due).expect("a deferred due time is finite");
+        let due_key = queue::key(due, t.due_seq);
+        if key == due_key {
+            return self.flow_done(f);
+        }
+        t.queued = t.due;
+        self.requeue(due_key, Ev::FlowDone(f, v));
+        Ok(())
+    }
+
+    /// Queue again, under `key`, a live completion that popped before its due time.
+    fn requeue(&mut self, key: u128, ev: Ev) {
+        let queued = self.queue.push(key, ev);
+        debug_assert!(queued, "a due time is never before the event it replaces");
+        if self.queue.len() > self.compact_at {
+            self.compact();
+        }
     }
 
     fn flow_done(&mut self, f: u32) -> Result<(), SimError> {

@@ -1845,3 +1845,96 @@ fn partial_gemms_after_the_first_reuse_their_weight() {
         "warm partials",
     );
 }
+
+/// Runs `f` with the deferral of later completions off (every rate change queues a new
+/// completion at once), then on: the two runs' results.
+fn eager_and_deferred<T>(f: impl Fn() -> T) -> (T, T) {
+    EAGER.with(|e| e.set(true));
+    let eager = f();
+    EAGER.with(|e| e.set(false));
+    (eager, f())
+}
+
+/// A completion that moves later waits for its queued event to pop instead of being
+/// queued again: every time is the same bit for bit (the live keys are those an eager
+/// reschedule queues), and fewer events run. Jittered layers and steps under
+/// interference (compute completions re-rated) on a contended NVSwitch and a ring (flow
+/// completions re-rated), with and without SM admission, full and unrolled plans.
+#[test]
+fn deferring_later_completions_changes_no_time() {
+    let mut fewer = 0;
+    for (w, admission) in [
+        (Workload::Layer, false),
+        (Workload::Layer, true),
+        (Workload::Mlp, false),
+    ] {
+        let mut sc = default_scenario();
+        sc.workload = w;
+        sc.hardware.topology = Topology::nvswitch(
+            "t",
+            8,
+            LinkSpec {
+                bandwidth: 60e9,
+                latency: 0.5e-6,
+            },
+        )
+        .unwrap();
+        sc.hardware
+            .interference
+            .as_mut()
+            .unwrap()
+            .memory_ops_wait_for_gemm_sms = admission;
+        for s in [Strategy::Sequential, Strategy::Chunked(4), Strategy::Flash] {
+            let plan = crate::strategy::build(&sc, sc.workload, s).unwrap();
+            for seed in [None, Some(3), Some(4)] {
+                let o = SimOptions {
+                    jitter: seed.map(|seed| Jitter {
+                        params: params(0.2),
+                        seed,
+                    }),
+                    record_links: true,
+                    ..SimOptions::default()
+                }
+                .for_scenario(&sc);
+                let (a, b) = eager_and_deferred(|| simulate(&plan, &sc.hardware, &o).unwrap());
+                assert_eq!(a.times, b.times, "{w:?} {s} {seed:?} admission {admission}");
+                assert_eq!(a.link_spans, b.link_spans, "{w:?} {s} {seed:?}");
+                assert!(b.events <= a.events, "{w:?} {s} {seed:?}");
+                fewer += usize::from(b.events < a.events);
+            }
+        }
+    }
+    let mut hw = h100();
+    hw.topology = Topology::ring(
+        "ring-16",
+        16,
+        LinkSpec {
+            bandwidth: 50e9,
+            latency: 0.5e-6,
+        },
+    )
+    .unwrap();
+    use crate::strategy::collective::{
+        Algorithm as A, CollectiveOp as C, CollectiveSpec, build_with,
+    };
+    let spec = CollectiveSpec {
+        op: C::AllReduce,
+        algorithm: A::Ring,
+        ranks: 16,
+        bytes: 16 << 20,
+        chunks: 4,
+        nccl: None,
+    };
+    let t = build_with(&spec, Some(1)).unwrap();
+    let u = Unrolled::new(&t).unwrap();
+    let o = SimOptions {
+        jitter: Some(Jitter {
+            params: params(0.2),
+            seed: 5,
+        }),
+        ..SimOptions::default()
+    };
+    let (a, b) = eager_and_deferred(|| simulate_unrolled(&u, &hw, &o, None).unwrap());
+    assert_eq!(a.rank_end, b.rank_end, "unrolled ring");
+    assert!(fewer >= 6, "deferrals ran in only {fewer} cases");
+}

@@ -1625,28 +1625,7 @@ fn unrolled_programs_move_ops_peers_and_partners_by_whole_shifts() {
 /// factor is drawn, not shared).
 #[test]
 fn unrolled_programs_take_jitter_per_rank() {
-    use crate::strategy::collective::{
-        Algorithm as A, CollectiveOp as C, CollectiveSpec, build_with,
-    };
-    let mut hw = h100();
-    hw.topology = Topology::ring(
-        "ring-16",
-        16,
-        LinkSpec {
-            bandwidth: 50e9,
-            latency: 0.5e-6,
-        },
-    )
-    .unwrap();
-    let spec = CollectiveSpec {
-        op: C::AllReduce,
-        algorithm: A::Ring,
-        ranks: 16,
-        bytes: 16 << 20,
-        chunks: 4,
-        nccl: None,
-    };
-    let t = build_with(&spec, Some(1)).unwrap();
+    let (hw, t) = ring16_template();
     let u = Unrolled::new(&t).unwrap();
     let with = |seed: u64| SimOptions {
         jitter: Some(Jitter {
@@ -1846,6 +1825,33 @@ fn partial_gemms_after_the_first_reuse_their_weight() {
     );
 }
 
+/// A 16 MiB ring all-reduce in 4 chunks over a 16-rank ring of 50 GB/s links, as the
+/// symmetric template of one rank (shift 1), on [`h100`].
+fn ring16_template() -> (crate::scenario::Hardware, Plan) {
+    use crate::strategy::collective::{
+        Algorithm as A, CollectiveOp as C, CollectiveSpec, build_with,
+    };
+    let mut hw = h100();
+    hw.topology = Topology::ring(
+        "ring-16",
+        16,
+        LinkSpec {
+            bandwidth: 50e9,
+            latency: 0.5e-6,
+        },
+    )
+    .unwrap();
+    let spec = CollectiveSpec {
+        op: C::AllReduce,
+        algorithm: A::Ring,
+        ranks: 16,
+        bytes: 16 << 20,
+        chunks: 4,
+        nccl: None,
+    };
+    (hw, build_with(&spec, Some(1)).unwrap())
+}
+
 /// Runs `f` with the deferral of later completions off (every rate change queues a new
 /// completion at once), then on: the two runs' results.
 fn eager_and_deferred<T>(f: impl Fn() -> T) -> (T, T) {
@@ -1904,28 +1910,7 @@ fn deferring_later_completions_changes_no_time() {
             }
         }
     }
-    let mut hw = h100();
-    hw.topology = Topology::ring(
-        "ring-16",
-        16,
-        LinkSpec {
-            bandwidth: 50e9,
-            latency: 0.5e-6,
-        },
-    )
-    .unwrap();
-    use crate::strategy::collective::{
-        Algorithm as A, CollectiveOp as C, CollectiveSpec, build_with,
-    };
-    let spec = CollectiveSpec {
-        op: C::AllReduce,
-        algorithm: A::Ring,
-        ranks: 16,
-        bytes: 16 << 20,
-        chunks: 4,
-        nccl: None,
-    };
-    let t = build_with(&spec, Some(1)).unwrap();
+    let (hw, t) = ring16_template();
     let u = Unrolled::new(&t).unwrap();
     let o = SimOptions {
         jitter: Some(Jitter {

@@ -16,6 +16,11 @@
 # token counts (X × 2048): a second held-out set, fixed before it is run. The second set
 # (2026-12-07, after the reductions stopped waiting for SMs): qwen2.5-14b (hidden 5120, ffn
 # 13824) and command-r (hidden 8192, ffn 22528), 2048 × 2 and 2048 × 5 tokens.
+#   A second call on the same machine while it is warm (the device tool keeps it 30 s) can
+# reuse the first call's calibration: the script clears $R when it starts, so copy it aside
+# in the same command, e.g. `mkdir -p /tmp/own-keep && cp /tmp/flashoverlap-heldout/own/
+# own.toml /tmp/own-keep/ && FO_HW=/tmp/own-keep/own.toml bash scripts/device-h200-heldout.sh`
+# (results/h100-2026-12-07g and h were run so).
 set -uo pipefail
 R=/tmp/flashoverlap-heldout
 FO_DEFAULT_LIMIT_S=560

@@ -60,9 +60,9 @@ struct Running {
     /// When the op started.
     started: f64,
     version: u32,
-    /// When the op ends at its current factor, the sequence number its completion event
-    /// has (or will have: a later end is not queued again, see [`Resched::Deferred`]),
-    /// and the time of its live completion event in the queue (`+inf`: none).
+    /// A later end noted since the op's completion was queued and the sequence number
+    /// taken for it ([`Resched::Deferred`]; `due_seq` 0: none, the queued completion is
+    /// the live one), and the time of its live completion event (`+inf`: none).
     due: f64,
     due_seq: u64,
     queued: f64,
@@ -106,9 +106,8 @@ pub(super) type Reschedule = (OpId, f64, u32, Resched);
 /// What a [`Reschedule`] asks of the engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Resched {
-    /// Queue the completion of the running op at this index of its rank's list, and
-    /// note its sequence number there ([`InterferenceState::set_due_seq`]).
-    Done(usize),
+    /// Queue the op's completion.
+    Done,
     /// The op's completion moved later than its live queued one: queue nothing, take a
     /// sequence number and note it; the queued event re-queues itself under it when it
     /// pops. Every live key is the one an eager reschedule would have queued.
@@ -206,17 +205,17 @@ impl InterferenceState {
         });
     }
 
-    /// The due time and sequence number of `op`'s completion, if `version` is its live
-    /// completion event.
-    pub fn due(&self, rank: u32, op: OpId, version: u32) -> Option<(f64, u64)> {
+    /// If `version` is `op`'s live completion event: the later end and sequence number
+    /// noted since it was queued, if any (the event is to be queued again under them).
+    pub fn due(&self, rank: u32, op: OpId, version: u32) -> Option<Option<(f64, u64)>> {
         self.running[rank as usize]
             .iter()
             .find(|e| e.op == op && e.version == version)
-            .map(|e| (e.due, e.due_seq))
+            .map(|e| (e.due_seq != 0).then_some((e.due, e.due_seq)))
     }
 
-    /// The sequence number of the completion just scheduled (or deferred) for the
-    /// running op at index `i` of `rank`'s list.
+    /// The sequence number taken for the later end just noted ([`Resched::Deferred`])
+    /// of the running op at index `i` of `rank`'s list.
     pub fn set_due_seq(&mut self, rank: u32, i: usize, seq: u64) {
         self.running[rank as usize][i].due_seq = seq;
     }
@@ -225,6 +224,7 @@ impl InterferenceState {
     pub fn requeued(&mut self, rank: u32, op: OpId) {
         if let Some(e) = self.running[rank as usize].iter_mut().find(|e| e.op == op) {
             e.queued = e.due;
+            e.due_seq = 0;
         }
     }
 
@@ -449,7 +449,8 @@ impl InterferenceState {
             }
             p.version = p.version.wrapping_add(1);
             p.queued = at;
-            out.push((p.op, at, p.version, Resched::Done(i)));
+            p.due_seq = 0;
+            out.push((p.op, at, p.version, Resched::Done));
             if tail > 0.0 && p.left > tail + 1e-9 {
                 out.push((
                     p.op,

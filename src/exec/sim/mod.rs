@@ -214,8 +214,9 @@ struct Transfer {
     recv: OpId,
     bytes: u64,
     started: f64,
-    /// When the flow ends at its current rate, and the sequence number its completion
-    /// event has (or will have: see [`Engine::reschedule`]).
+    /// A later end noted since the flow's completion was queued, and the sequence
+    /// number taken for it (see [`Engine::reschedule`]); `due_seq` 0: none (the queued
+    /// completion is the live one).
     due: f64,
     due_seq: u64,
     /// The time of the flow's live completion event in the queue; `+inf` for none.
@@ -645,11 +646,7 @@ impl<'p, P: Program, B: Book<P>> Engine<'p, P, B> {
         st.refresh(&self.hw.gpu, rank, self.now, &mut out)?;
         for &(op, at, v, what) in &out {
             match what {
-                Resched::Done(i) => {
-                    self.schedule(at, Ev::ComputeDone(op, v, rank), op)?;
-                    let st = self.interference.as_mut().expect("interference on");
-                    st.set_due_seq(rank, i, self.seq);
-                }
+                Resched::Done => self.schedule(at, Ev::ComputeDone(op, v, rank), op)?,
                 Resched::Deferred(i) => {
                     self.seq += 1;
                     let st = self.interference.as_mut().expect("interference on");
@@ -734,16 +731,18 @@ impl<'p, P: Program, B: Book<P>> Engine<'p, P, B> {
                 Ev::OpDone(op) => self.op_done(op)?,
                 Ev::ComputeDone(op, v, rank) => {
                     let st = self.interference.as_mut().expect("interference on");
-                    if let Some((due, due_seq)) = st.due(rank, op, v) {
-                        let due_key = queue::key(NotNan::new(due).expect("finite"), due_seq);
-                        if key == due_key {
+                    match st.due(rank, op, v) {
+                        Some(None) => {
                             st.compute_done(rank, op);
                             self.op_done(op)?;
                             self.refresh(rank)?;
-                        } else {
-                            st.requeued(rank, op);
-                            self.requeue(due_key, ev);
                         }
+                        Some(Some((due, due_seq))) => {
+                            let due = NotNan::new(due).expect("a deferred due time is finite");
+                            st.requeued(rank, op);
+                            self.requeue(queue::key(due, due_seq), ev);
+                        }
+                        None => {}
                     }
                 }
                 Ev::GemmTail(op, v, rank) => {
@@ -756,7 +755,7 @@ impl<'p, P: Program, B: Book<P>> Engine<'p, P, B> {
                 Ev::FlowDone(f, v) => {
                     let fl = &self.net.flows[f as usize];
                     if fl.version == v && fl.active {
-                        self.flow_due(f, key, v)?;
+                        self.flow_due(f, v)?;
                     }
                 }
             }
@@ -964,30 +963,29 @@ impl<'p, P: Program, B: Book<P>> Engine<'p, P, B> {
                 t.due_seq = self.seq;
                 continue;
             }
+            t.due_seq = 0;
             let fl = &mut self.net.flows[g as usize];
             fl.version = fl.version.wrapping_add(1);
             let v = fl.version;
             let send = t.send;
             self.schedule(at, Ev::FlowDone(g, v), send)?;
-            let t = &mut self.transfers[g as usize];
-            t.due = at;
-            t.due_seq = self.seq;
-            t.queued = at;
+            self.transfers[g as usize].queued = at;
         }
         Ok(())
     }
 
-    /// Flow `f`'s live completion event popped under `key`: the flow ends now if its
-    /// due time is this event's, else (its rate fell since the event was queued) the
-    /// event is queued again at the due time, under the key noted then.
-    fn flow_due(&mut self, f: u32, key: u128, v: u32) -> Result<(), SimError> {
+    /// Flow `f`'s live completion event popped: the flow ends now unless its rate fell
+    /// since the event was queued; then the event is queued again at the end noted,
+    /// under the sequence number taken then.
+    fn flow_due(&mut self, f: u32, v: u32) -> Result<(), SimError> {
         let t = &mut self.transfers[f as usize];
-        let due = NotNan::new(t.due).expect("a deferred due time is finite");
-        let due_key = queue::key(due, t.due_seq);
-        if key == due_key {
+        if t.due_seq == 0 {
             return self.flow_done(f);
         }
+        let due = NotNan::new(t.due).expect("a deferred due time is finite");
+        let due_key = queue::key(due, t.due_seq);
         t.queued = t.due;
+        t.due_seq = 0;
         self.requeue(due_key, Ev::FlowDone(f, v));
         Ok(())
     }

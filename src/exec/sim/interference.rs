@@ -39,8 +39,8 @@
 //! not in arrays over all ops: a plan of millions of ops would otherwise allocate and
 //! touch tens of bytes per op that only the few running at a time use.
 
-use super::Interference;
 use super::program::StreamView;
+use super::{Deferral, Interference};
 use crate::cost::{self, CostError};
 use crate::plan::{EltKind, OpId, OpKind, StreamKind};
 use crate::scenario::{DType, GpuSpec, Transport};
@@ -60,12 +60,8 @@ struct Running {
     /// When the op started.
     started: f64,
     version: u32,
-    /// A later end noted since the op's completion was queued and the sequence number
-    /// taken for it ([`Resched::Deferred`]; `due_seq` 0: none, the queued completion is
-    /// the live one), and the time of its live completion event (`+inf`: none).
-    due: f64,
-    due_seq: u64,
-    queued: f64,
+    /// Its completion's place in the queue ([`Resched::Deferred`]).
+    done: Deferral,
     /// A GEMM's (groups, m, n, k, dtype).
     gemm: Option<(u64, u64, u64, u64, DType)>,
     /// A side op (a reduction; with SM admission also a copy on a communication stream),
@@ -108,9 +104,8 @@ pub(super) type Reschedule = (OpId, f64, u32, Resched);
 pub(super) enum Resched {
     /// Queue the op's completion.
     Done,
-    /// The op's completion moved later than its live queued one: queue nothing, take a
-    /// sequence number and note it; the queued event re-queues itself under it when it
-    /// pops. Every live key is the one an eager reschedule would have queued.
+    /// The op at this index of its rank's list ends later than its queued completion:
+    /// queue nothing, take a sequence number and note both ([`Deferral`]).
     Deferred(usize),
     /// Queue a GEMM's tail (the start of its last, partial wave).
     Tail,
@@ -192,9 +187,7 @@ impl InterferenceState {
             since: now,
             started: now,
             version: 0,
-            due: f64::INFINITY,
-            due_seq: 0,
-            queued: f64::INFINITY,
+            done: Deferral::NONE,
             gemm,
             side,
             copy,
@@ -205,27 +198,19 @@ impl InterferenceState {
         });
     }
 
-    /// If `version` is `op`'s live completion event: the later end and sequence number
-    /// noted since it was queued, if any (the event is to be queued again under them).
-    pub fn due(&self, rank: u32, op: OpId, version: u32) -> Option<Option<(f64, u64)>> {
+    /// Completion event `version` of `op` popped: `None` if stale; else, as
+    /// [`Deferral::popped`], `None` if the op ends now or the key to queue it again under.
+    pub fn popped(&mut self, rank: u32, op: OpId, version: u32) -> Option<Option<u128>> {
         self.running[rank as usize]
-            .iter()
+            .iter_mut()
             .find(|e| e.op == op && e.version == version)
-            .map(|e| (e.due_seq != 0).then_some((e.due, e.due_seq)))
+            .map(|e| e.done.popped())
     }
 
-    /// The sequence number taken for the later end just noted ([`Resched::Deferred`])
-    /// of the running op at index `i` of `rank`'s list.
-    pub fn set_due_seq(&mut self, rank: u32, i: usize, seq: u64) {
-        self.running[rank as usize][i].due_seq = seq;
-    }
-
-    /// `op`'s live completion event popped early and was queued again at its due time.
-    pub fn requeued(&mut self, rank: u32, op: OpId) {
-        if let Some(e) = self.running[rank as usize].iter_mut().find(|e| e.op == op) {
-            e.queued = e.due;
-            e.due_seq = 0;
-        }
+    /// The later end `at` of the running op at index `i` of `rank`'s list
+    /// ([`Resched::Deferred`]), with the sequence number `seq` taken for it.
+    pub fn note(&mut self, rank: u32, i: usize, at: f64, seq: u64) {
+        self.running[rank as usize][i].done.note(at, seq);
     }
 
     /// Compute op `op` of `rank` finished.
@@ -435,21 +420,18 @@ impl InterferenceState {
             if !f.is_finite() {
                 // Blocked: no completion until admitted; the queued ones are stale.
                 p.version = p.version.wrapping_add(1);
-                p.queued = f64::INFINITY;
+                p.done = Deferral::NONE;
                 continue;
             }
             let at = now + p.left * d * f;
-            p.due = at;
             // Without SM admission an op has no tail event, whose time a deferral would
             // leave live at its old value.
-            if !admission && at >= p.queued && at <= super::MAX_SIM_SECONDS && super::defer_later()
-            {
+            if !admission && p.done.defers(at) {
                 out.push((p.op, at, p.version, Resched::Deferred(i)));
                 continue;
             }
             p.version = p.version.wrapping_add(1);
-            p.queued = at;
-            p.due_seq = 0;
+            p.done.queue(at);
             out.push((p.op, at, p.version, Resched::Done));
             if tail > 0.0 && p.left > tail + 1e-9 {
                 out.push((

@@ -209,18 +209,66 @@ thread_local! {
     static EAGER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+/// A completion's place in the queue, for a flow or a compute op under interference: when
+/// its end moves later than its live queued event, the new end and a sequence number
+/// taken then are noted instead of a new event; the queued event, when it pops,
+/// re-queues itself under exactly that key. Every live key is the one an eager
+/// reschedule would have queued, so events pop in the same order.
+#[derive(Debug, Clone, Copy)]
+struct Deferral {
+    /// The time of the live queued completion; `+inf` for none.
+    queued: f64,
+    /// The later end noted and its sequence number; `due_seq` 0: none noted.
+    due: f64,
+    due_seq: u64,
+}
+
+impl Deferral {
+    const NONE: Deferral = Deferral {
+        queued: f64::INFINITY,
+        due: f64::INFINITY,
+        due_seq: 0,
+    };
+
+    /// Whether an end at `at` can wait for the queued completion (it is no earlier).
+    fn defers(&self, at: f64) -> bool {
+        at >= self.queued && at <= MAX_SIM_SECONDS && defer_later()
+    }
+
+    /// Note the later end `at`, with the sequence number `seq` taken for it.
+    fn note(&mut self, at: f64, seq: u64) {
+        self.due = at;
+        self.due_seq = seq;
+    }
+
+    /// A completion at `at` was queued: it is the live one, nothing noted.
+    fn queue(&mut self, at: f64) {
+        self.queued = at;
+        self.due_seq = 0;
+    }
+
+    /// The live completion popped: `None` if it is the op's end, else the key to queue
+    /// it again under (which makes that the live one).
+    fn popped(&mut self) -> Option<u128> {
+        if self.due_seq == 0 {
+            return None;
+        }
+        let key = queue::key(
+            NotNan::new(self.due).expect("a noted end is finite"),
+            self.due_seq,
+        );
+        self.queue(self.due);
+        Some(key)
+    }
+}
+
 struct Transfer {
     send: OpId,
     recv: OpId,
     bytes: u64,
     started: f64,
-    /// A later end noted since the flow's completion was queued, and the sequence
-    /// number taken for it (see [`Engine::reschedule`]); `due_seq` 0: none (the queued
-    /// completion is the live one).
-    due: f64,
-    due_seq: u64,
-    /// The time of the flow's live completion event in the queue; `+inf` for none.
-    queued: f64,
+    /// Its completion's place in the queue.
+    done: Deferral,
 }
 
 /// The queue length below which stale completions are left to be skipped as popped.
@@ -650,7 +698,7 @@ impl<'p, P: Program, B: Book<P>> Engine<'p, P, B> {
                 Resched::Deferred(i) => {
                     self.seq += 1;
                     let st = self.interference.as_mut().expect("interference on");
-                    st.set_due_seq(rank, i, self.seq);
+                    st.note(rank, i, at, self.seq);
                 }
                 Resched::Tail => self.schedule(at, Ev::GemmTail(op, v, rank), op)?,
             }
@@ -731,17 +779,13 @@ impl<'p, P: Program, B: Book<P>> Engine<'p, P, B> {
                 Ev::OpDone(op) => self.op_done(op)?,
                 Ev::ComputeDone(op, v, rank) => {
                     let st = self.interference.as_mut().expect("interference on");
-                    match st.due(rank, op, v) {
+                    match st.popped(rank, op, v) {
                         Some(None) => {
                             st.compute_done(rank, op);
                             self.op_done(op)?;
                             self.refresh(rank)?;
                         }
-                        Some(Some((due, due_seq))) => {
-                            let due = NotNan::new(due).expect("a deferred due time is finite");
-                            st.requeued(rank, op);
-                            self.requeue(queue::key(due, due_seq), ev);
-                        }
+                        Some(Some(key)) => self.requeue(key, ev),
                         None => {}
                     }
                 }
@@ -907,9 +951,7 @@ impl<'p, P: Program, B: Book<P>> Engine<'p, P, B> {
             recv,
             bytes,
             started: self.now,
-            due: f64::INFINITY,
-            due_seq: 0,
-            queued: f64::INFINITY,
+            done: Deferral::NONE,
         };
         // The network hands out the slot of a released flow where it has one; the
         // transfer takes the same index.
@@ -944,12 +986,9 @@ impl<'p, P: Program, B: Book<P>> Engine<'p, P, B> {
         r
     }
 
-    /// Schedule the completion of each flow in `flows` at its new rate. A completion
-    /// that moves later than the flow's live queued one is not queued again: the new
-    /// time and a sequence number taken now are noted, and the queued event, when it
-    /// pops, re-queues itself under exactly that key ([`Engine::flow_due`]). Every live
-    /// key is the one an eager reschedule would have queued, so events pop in the same
-    /// order; only the stale completions (a third of a jittered run's events) are fewer.
+    /// Schedule the completion of each flow in `flows` at its new rate; one that moves
+    /// later than the flow's queued completion is noted instead ([`Deferral`]), which
+    /// spares a jittered run a third of its events (stale completions).
     fn reschedule(&mut self, flows: &[u32]) -> Result<(), SimError> {
         for &g in flows {
             let fl = &self.net.flows[g as usize];
@@ -957,19 +996,17 @@ impl<'p, P: Program, B: Book<P>> Engine<'p, P, B> {
             let dt = if rem <= 0.0 { 0.0 } else { rem / rate };
             let at = self.now + dt;
             let t = &mut self.transfers[g as usize];
-            if at >= t.queued && at <= MAX_SIM_SECONDS && defer_later() {
+            if t.done.defers(at) {
                 self.seq += 1;
-                t.due = at;
-                t.due_seq = self.seq;
+                t.done.note(at, self.seq);
                 continue;
             }
-            t.due_seq = 0;
+            let send = t.send;
             let fl = &mut self.net.flows[g as usize];
             fl.version = fl.version.wrapping_add(1);
             let v = fl.version;
-            let send = t.send;
             self.schedule(at, Ev::FlowDone(g, v), send)?;
-            self.transfers[g as usize].queued = at;
+            self.transfers[g as usize].done.queue(at);
         }
         Ok(())
     }
@@ -978,16 +1015,13 @@ impl<'p, P: Program, B: Book<P>> Engine<'p, P, B> {
     /// since the event was queued; then the event is queued again at the end noted,
     /// under the sequence number taken then.
     fn flow_due(&mut self, f: u32, v: u32) -> Result<(), SimError> {
-        let t = &mut self.transfers[f as usize];
-        if t.due_seq == 0 {
-            return self.flow_done(f);
+        match self.transfers[f as usize].done.popped() {
+            None => self.flow_done(f),
+            Some(key) => {
+                self.requeue(key, Ev::FlowDone(f, v));
+                Ok(())
+            }
         }
-        let due = NotNan::new(t.due).expect("a deferred due time is finite");
-        let due_key = queue::key(due, t.due_seq);
-        t.queued = t.due;
-        t.due_seq = 0;
-        self.requeue(due_key, Ev::FlowDone(f, v));
-        Ok(())
     }
 
     /// Queue again, under `key`, a live completion that popped before its due time.

@@ -181,6 +181,7 @@ impl Fit {
         let mut g = base.clone();
         g.sm_count = c.sm_count.max(1) as u64;
         g.gemm.measured.clear();
+        g.gemm.memory_efficiency = memory_efficiency(c, base);
         g.gemm.efficiency = self.efficiency;
         g.gemm.k_half = self.k_half;
         g.gemm.launch = self.launch;
@@ -190,6 +191,13 @@ impl Fit {
         g.gemm.stream_k_overhead = Some(self.stream_k_overhead);
         g
     }
+}
+
+/// The fraction of HBM bandwidth a memory-bound GEMM reaches: the measured device copy's.
+/// The fit takes it as the written profile does, so the errors it reports are the
+/// profile's own.
+fn memory_efficiency(c: &Calibration, gpu: &GpuSpec) -> f64 {
+    (c.copy_bytes_per_s / gpu.hbm_bandwidth).clamp(0.05, 1.0)
 }
 
 /// Signed relative errors (model − measured) / measured over the measured GEMMs.
@@ -230,6 +238,7 @@ fn objective(gpu: &GpuSpec, c: &Calibration) -> f64 {
 pub fn fit_gemm(base: &GpuSpec, c: &Calibration) -> Fit {
     let mut g = base.clone();
     g.sm_count = c.sm_count.max(1) as u64;
+    g.gemm.memory_efficiency = memory_efficiency(c, base);
     // The fit is of the model alone; a base profile's own measured points would mask it.
     g.gemm.measured.clear();
     let (tm, tn) = (g.gemm.tile_m, g.gemm.tile_n);
@@ -376,7 +385,7 @@ pub fn profile(
         })
         .collect();
     let hbm = f.gpu.hbm_gbps * 1e9;
-    f.gpu.gemm.memory_efficiency = (c.copy_bytes_per_s / hbm).clamp(0.05, 1.0);
+    f.gpu.gemm.memory_efficiency = memory_efficiency(c, base_gpu);
     f.gpu.elementwise.efficiency = (c.add_bytes_per_s / hbm).clamp(0.05, 1.0);
     f.gpu.elementwise.launch_us = c.launch_s * 1e6;
     let sus = c.gemm_sustained_s / c.gemm_alone_s;
@@ -650,5 +659,74 @@ mod shapes_tests {
         );
         let e = run_shapes(&[PathBuf::from("no/such/run")], "h200-sxm-8").unwrap_err();
         assert!(format!("{e:?}").contains("run.json"), "{e:?}");
+    }
+}
+
+#[cfg(test)]
+mod fit_tests {
+    use super::*;
+    use crate::exec::gpu::GemmSample;
+
+    /// The errors the fit reports (and the profile's header prints) are those of the model
+    /// as the written profile runs it: the fit takes the measured copy's memory efficiency,
+    /// as the profile does, not the base profile's. Memory-bound shapes (few rows, long K)
+    /// on a GPU whose copy reaches half the base's assumed bandwidth tell the two apart.
+    #[test]
+    fn the_reported_errors_are_the_written_profiles() {
+        let base_src = config::resolve(PresetKind::Hardware, "h200-sxm-8", None).unwrap();
+        let base: HardwareFile = config::parse_toml(&base_src).unwrap();
+        let base_gpu = config::load_hardware("h200-sxm-8", None).unwrap().gpu;
+        let mut gemms = Vec::new();
+        for (i, &(m, n, k)) in [
+            (64, 8192, 8192),
+            (128, 4096, 16384),
+            (4096, 4096, 4096),
+            (96, 16384, 4096),
+            (8192, 8192, 2048),
+            (256, 2048, 8192),
+        ]
+        .iter()
+        .enumerate()
+        {
+            // Times that no parameter set meets exactly, so the errors are not zero.
+            let bytes = 2.0 * (m * k + k * n + m * n) as f64;
+            let secs = 6e-6 + bytes / 2.0e12 + 2.0 * (m * n * k) as f64 / 7e14;
+            let secs = secs * (1.0 + 0.05 * (i % 3) as f64);
+            gemms.push(GemmSample {
+                m,
+                n,
+                k,
+                secs,
+                warm_secs: None,
+            });
+        }
+        let c = Calibration {
+            device: "Test GPU".into(),
+            sm_count: 132,
+            gemms,
+            copy_bytes_per_s: 2.0e12,
+            add_bytes_per_s: 2.0e12,
+            launch_s: 4e-6,
+            gemm_alone_s: 1e-3,
+            gemm_with_copy_s: 1.01e-3,
+            gemm_sustained_s: 0.0,
+            p2p: None,
+            heat_ms: 0.0,
+            reductions: None,
+            warm_s: 0.0,
+            copy_alone_s: 5e-4,
+            copy_with_gemm_s: 1.5e-3,
+        };
+        let (file, fit) = profile(&base, &base_gpu, &c, "t").unwrap();
+        let mut gpu = config::validate::hardware_from_file("t.toml", file)
+            .unwrap()
+            .gpu;
+        assert!((gpu.gemm.memory_efficiency - 2.0e12 / gpu.hbm_bandwidth).abs() < 1e-12);
+        gpu.gemm.measured.clear();
+        let (median, worst) =
+            median_worst(signed_errors(&gpu, &c).iter().map(|e| e.abs()).collect());
+        assert!(worst > 0.0);
+        assert!((median - fit.median_err).abs() < 1e-9, "{median} {fit:?}");
+        assert!((worst - fit.worst_err).abs() < 1e-9, "{worst} {fit:?}");
     }
 }

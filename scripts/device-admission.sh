@@ -18,8 +18,6 @@ set -uo pipefail
 R=/tmp/flashoverlap-admission
 FO_DEFAULT_LIMIT_S=300
 . "$(dirname "$0")/device-common.sh"
-stamp() { echo "== [$(date +%T)] $*"; }
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version,power.limit --format=csv
 HW=${FO_HW:-hardware-profiles/measured/h200-measured.toml}
 mkdir -p "$R/plans"
 for g in 256x3456x5120 512x11264x8192 2560x3584x4096 2560x11264x8192; do

@@ -25,6 +25,9 @@ export LD_LIBRARY_PATH=$SP/cu13/lib:$SP/nccl/lib:$NL:${LD_LIBRARY_PATH:-}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 B=.build-cuda
 exec > >(tee "$R/log.txt") 2>&1
+stamp() { echo "== [$(date +%T)] $*"; }
+# The lent GPUs, their clocks, driver and power limit, at the top of every log.
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version,power.limit --format=csv
 
 # The single-GPU validation sets (rank 0's schedule of six strategies; shapes of models
 # whose widths are not calibration widths: llama-3-8b and mistral-7b ffn 14336,

@@ -25,8 +25,6 @@ set -uo pipefail
 R=/tmp/flashoverlap-heldout
 FO_DEFAULT_LIMIT_S=560
 . "$(dirname "$0")/device-common.sh"
-stamp() { echo "== [$(date +%T)] $*"; }
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version,power.limit --format=csv
 # FO_HW=PROFILE validates against PROFILE (a checked-in calibration of another GPU).
 HW=${FO_HW:-hardware-profiles/measured/h200-measured.toml}
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)

@@ -10,8 +10,6 @@ set -uo pipefail
 R=/tmp/flashoverlap-overhead
 FO_DEFAULT_LIMIT_S=400
 . "$(dirname "$0")/device-common.sh"
-stamp() { echo "== [$(date +%T)] $*"; }
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version,power.limit --format=csv
 HW=hardware-profiles/measured/h200-measured.toml
 stamp "GPU unit tests"
 REQUIRE_GPU=1 $B/cuda-tests --include-ignored --test-threads 1 2>&1 | tail -n 16

@@ -8,8 +8,6 @@ set -uo pipefail
 R=/tmp/flashoverlap-repro
 FO_DEFAULT_LIMIT_S=400
 . "$(dirname "$0")/device-common.sh"
-stamp() { echo "== [$(date +%T)] $*"; }
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version,power.limit --format=csv
 HW=hardware-profiles/measured/h200-measured.toml
 # FO_CHECK=1: first the GPU unit tests and the correctness of every strategy (all ranks on
 # the one GPU, copy-engine transport).

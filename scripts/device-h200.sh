@@ -14,7 +14,6 @@ set -uo pipefail
 R=/tmp/flashoverlap-r
 FO_DEFAULT_LIMIT_S=540
 . "$(dirname "$0")/device-common.sh"
-stamp() { echo "== [$(date +%T)] $*"; }
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version,power.limit --format=csv
 # Clocks, power and temperature through the session (read only).
 F=clocks_event_reasons.active

@@ -23,8 +23,6 @@ set -uo pipefail
 R=/tmp/flashoverlap-l2
 FO_DEFAULT_LIMIT_S=570
 . "$(dirname "$0")/device-common.sh"
-stamp() { echo "== [$(date +%T)] $*"; }
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version,power.limit --format=csv
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 BASE=h100-sxm-8
 [[ "$GPU" == *H200* ]] && BASE=h200-sxm-8

@@ -269,6 +269,12 @@ pub struct GpuSpec {
     /// A compute-bound GEMM's time under sustained load over its time in a short burst
     /// (the power limit lowers the clocks), when measured.
     pub sustained_gemm_slowdown: Option<f64>,
+    /// The rested FLOP/s of the GEMM that `sustained_gemm_slowdown` was measured on.
+    /// Given, a measured GEMM of rested rate `r` slows by `r / r0` at sustained clocks,
+    /// `r0 = this / slowdown` (at least 1, at most the slowdown): the power a GEMM draws
+    /// grows with its rate, and the clocks fall until it is within the limit, so a
+    /// GEMM below `r0` does not slow. `None`: every GEMM slows by the full factor.
+    pub sustained_reference_flops: Option<f64>,
     /// Fraction of peak a fused attention kernel reaches; `None`: the GEMMs' efficiency.
     pub attention_efficiency: Option<f64>,
     /// Device memory, bytes (what `nvidia-smi` reports as total), when the profile
@@ -292,10 +298,19 @@ impl GpuSpec {
         if let Some(a) = &mut g.attention_efficiency {
             *a /= f;
         }
+        let r0 = self.sustained_reference_flops.map(|r| r / f);
         for p in &mut g.gemm.measured {
-            p.secs *= f;
+            // The point's own slowdown, from its rested rate (the cold time's).
+            let fp = match r0 {
+                Some(r0) if r0 > 0.0 && p.secs > 0.0 => {
+                    let rate = 2.0 * p.m as f64 * p.n as f64 * p.k as f64 / p.secs;
+                    (rate / r0).clamp(1.0, f)
+                }
+                _ => f,
+            };
+            p.secs *= fp;
             if let Some(w) = &mut p.warm_secs {
-                *w *= f;
+                *w *= fp;
             }
         }
         g.sustained_gemm_slowdown = Some(1.0);

@@ -130,6 +130,10 @@ pub struct GpuFile {
     /// power limit's clocks) than in a short burst; written by `calibrate`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sustained_gemm_slowdown: Option<f64>,
+    /// TFLOP/s of the GEMM the slowdown was measured on, rested (written by `calibrate`):
+    /// measured GEMMs slower than it slow less (see `GpuSpec::sustained_reference_flops`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sustained_reference_tflops: Option<f64>,
     /// Fraction of peak FLOP/s a fused attention kernel reaches (default: the GEMMs'
     /// `gemm.efficiency`).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -284,6 +284,10 @@ pub fn hardware_from_file(file: &str, h: HardwareFile) -> R<Hardware> {
                 ));
             }
         },
+        sustained_reference_flops: match g.sustained_reference_tflops {
+            None => None,
+            Some(v) => Some(positive_f(file, "gpu.sustained_reference_tflops", v)? * 1e12),
+        },
         attention_efficiency: match g.attention_efficiency {
             None => None,
             Some(v) => Some(fraction(file, "gpu.attention_efficiency", v)?),

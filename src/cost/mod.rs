@@ -562,6 +562,7 @@ mod tests {
                 measured: Vec::new(),
             },
             sustained_gemm_slowdown: None,
+            sustained_reference_flops: None,
             attention_efficiency: None,
             memory: None,
             elementwise: ElementwiseParams {
@@ -663,6 +664,57 @@ mod tests {
         }
         // Applying it twice does nothing more.
         assert_eq!(s.at_sustained_clocks().unwrap().gemm, s.gemm);
+    }
+
+    /// With the reference rate given, a measured GEMM slows by its own rested rate over
+    /// `reference / factor`: not at all below it, the full factor at the reference rate
+    /// and above, linearly between; its warm time by the same factor.
+    #[test]
+    fn sustained_slowdown_follows_each_measured_gemms_rate() {
+        let mut g = gpu();
+        g.sustained_gemm_slowdown = Some(1.25);
+        g.sustained_reference_flops = Some(800e12);
+        let bf = DType::Bf16;
+        let pt = |m: u64, tflops: f64| {
+            let secs = 2.0 * (m * 4096 * 4096) as f64 / (tflops * 1e12);
+            GemmPoint {
+                dtype: bf,
+                m,
+                n: 4096,
+                k: 4096,
+                secs,
+                warm_secs: Some(0.9 * secs),
+            }
+        };
+        // r0 = 800 / 1.25 = 640 TFLOP/s.
+        g.gemm.measured = vec![
+            pt(512, 500.0),
+            pt(1024, 720.0),
+            pt(2048, 800.0),
+            pt(4096, 900.0),
+        ];
+        let s = g.at_sustained_clocks().unwrap();
+        for (p, q, want) in [
+            (0, 0, 1.0),
+            (1, 1, 720.0 / 640.0),
+            (2, 2, 1.25),
+            (3, 3, 1.25),
+        ] {
+            let (a, b) = (&g.gemm.measured[p], &s.gemm.measured[q]);
+            assert!((b.secs / a.secs - want).abs() < 1e-12, "point {p}");
+            let (wa, wb) = (a.warm_secs.unwrap(), b.warm_secs.unwrap());
+            assert!((wb / wa - want).abs() < 1e-12, "point {p} warm");
+        }
+        // Without the reference every point takes the full factor.
+        g.sustained_reference_flops = None;
+        let u = g.at_sustained_clocks().unwrap();
+        assert!(
+            u.gemm
+                .measured
+                .iter()
+                .zip(&g.gemm.measured)
+                .all(|(b, a)| (b.secs / a.secs - 1.25).abs() < 1e-12)
+        );
     }
 
     #[test]

@@ -411,3 +411,90 @@ fn run_refuses_bad_transport_and_multi_process_flags() {
         assert!(err.contains(needle), "{extra:?}: {err}");
     }
 }
+
+/// `scripts/borrow-warm.py` gives a profile without warm times another's, each saving
+/// scaled by kappa, says so in the header, and writes a profile the simulator reads.
+#[test]
+fn borrow_warm_lends_scaled_warm_times_that_the_simulator_reads() {
+    let py = std::process::Command::new("python3")
+        .args(["-c", "import tomllib"])
+        .output();
+    if !py.is_ok_and(|o| o.status.success()) {
+        eprintln!("SKIP borrow_warm: no python3 with tomllib (3.11+) on this machine");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let cal = calibration_json(d.path());
+    // The donor: the refit of measurements whose 4096-row shapes were timed warm at 0.9.
+    let donor = d.path().join("donor.toml");
+    bin()
+        .args([
+            "calibrate",
+            "--from",
+            cal.to_str().unwrap(),
+            "--name",
+            "donor",
+        ])
+        .args(["--out", donor.to_str().unwrap()])
+        .assert()
+        .success();
+    // The borrower: the same profile without its warm times.
+    let text = std::fs::read_to_string(&donor).unwrap();
+    let cold: String = text
+        .lines()
+        .filter(|l| !l.starts_with("warm_us"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let borrower = d.path().join("cold.toml");
+    std::fs::write(&borrower, cold).unwrap();
+    let out = d.path().join("borrowed.toml");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/borrow-warm.py");
+    let run = std::process::Command::new("python3")
+        .arg(&script)
+        .args([&borrower, &donor, &out])
+        .arg("0.5")
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{run:?}");
+    let said = String::from_utf8(run.stdout).unwrap();
+    assert!(
+        said.contains("warm_us on 4 of 12 shapes, kappa 0.500"),
+        "{said}"
+    );
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        text.starts_with("# Warm GEMM times (warm_us) BORROWED"),
+        "{text}"
+    );
+    let toml: toml::Value = toml::from_str(&text).unwrap();
+    let points = toml["gpu"]["gemm"]["measured"].as_array().unwrap();
+    assert_eq!(points.len(), 12);
+    for p in points {
+        let us = p["us"].as_float().unwrap();
+        match p["m"].as_integer() {
+            // A saving of 10% at kappa 0.5: 5%.
+            Some(4096) => {
+                let w = p["warm_us"].as_float().unwrap();
+                assert!((w / us - 0.95).abs() < 1e-12, "{p}");
+            }
+            _ => assert!(p.get("warm_us").is_none(), "{p}"),
+        }
+    }
+    bin()
+        .args(["simulate", "--workload", "mlp", "--tp", "2", "--batch", "1"])
+        .args(["--hardware", out.to_str().unwrap()])
+        .assert()
+        .success();
+    // Usage errors exit 2 and say how to call it.
+    let bad = std::process::Command::new("python3")
+        .arg(&script)
+        .arg("only-one")
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        String::from_utf8(bad.stderr)
+            .unwrap()
+            .contains("usage: borrow-warm.py")
+    );
+}

@@ -10,8 +10,8 @@
 # that the model holds back until the GEMM's last wave (interference.
 # memory_ops_wait_for_gemm_sms, set by `calibrate` from one 8192^3 GEMM beside one 1 GiB
 # copy) while on that H100 copies (most under 8 MiB, up to 80) ran beside GEMMs of one to
-# seven waves at about half their speed; on the H200 runs of 2026-12-04 15 MiB copies waited for GEMMs of two
-# and more waves. Card, copy size and GEMM size are confounded there; this separates them.
+# seven waves at about half their speed; on the H200 runs of 2026-12-04 15 MiB copies
+# waited for GEMMs of two and more waves. Card, copy size and GEMM size are confounded there; this separates them.
 #   FO_HW=PROFILE validates against PROFILE (default: the checked-in H200 calibration).
 #   Plans go to $R/plans (kept with the results). About two minutes.
 set -uo pipefail

@@ -303,7 +303,7 @@ impl GpuSpec {
             // The point's own slowdown, from its rested rate (the cold time's).
             let fp = match r0 {
                 Some(r0) if r0 > 0.0 && p.secs > 0.0 => {
-                    let rate = 2.0 * p.m as f64 * p.n as f64 * p.k as f64 / p.secs;
+                    let rate = crate::cost::gemm_flops(p.m, p.n, p.k) / p.secs;
                     (rate / r0).clamp(1.0, f)
                 }
                 _ => f,

@@ -145,16 +145,36 @@ fn clocks_note(cal: &Calibration) -> String {
             warm = cal.warm_s,
         )
     } else {
+        let reference = reference_note(cal);
         format!(
             "# GEMMs were timed in short bursts on a rested GPU; under sustained load (200 \
              8192^3\n#   GEMMs back to back) one takes {sus:.3}x as long (the power limit \
-             lowers clocks).\n#   It ran at {rate:.0} TFLOP/s rested \
-             (gpu.sustained_reference_tflops): a GEMM that runs at r\n#   slows by \
-             r / {r0:.0} TFLOP/s, from 1 up to {sus:.3} (its power grows with its rate).\n",
-            rate = 2.0 * 8192f64.powi(3) / cal.gemm_alone_s / 1e12,
-            r0 = 2.0 * 8192f64.powi(3) / cal.gemm_sustained_s / 1e12,
+             lowers clocks).\n{reference}"
         )
     }
+}
+
+/// The header's line on `gpu.sustained_reference_tflops`, where the profile writes it.
+fn reference_note(cal: &Calibration) -> String {
+    let Some(rate) = sustained_reference_tflops(cal) else {
+        return String::new();
+    };
+    let sus = (cal.gemm_sustained_s / cal.gemm_alone_s).max(1.0);
+    format!(
+        "#   It ran at {rate:.0} TFLOP/s rested (gpu.sustained_reference_tflops): a GEMM that \
+         runs at r\n#   slows by r / {r0:.0} TFLOP/s, from 1 up to {sus:.3} (its power grows \
+         with its rate).\n",
+        r0 = rate / sus,
+    )
+}
+
+/// The rested TFLOP/s of the GEMM the sustained factor was measured on (8192³, alone),
+/// when the profile gets a factor and its table was timed rested (a heated table is at
+/// those clocks already).
+fn sustained_reference_tflops(c: &Calibration) -> Option<f64> {
+    let sus = c.gemm_sustained_s / c.gemm_alone_s;
+    let rate = cost::gemm_flops(8192, 8192, 8192) / c.gemm_alone_s / 1e12;
+    (sus.is_finite() && sus > 0.0 && c.heat_ms == 0.0 && rate.is_finite()).then_some(rate)
 }
 
 /// The fitted GEMM parameters and the fit's quality.
@@ -394,13 +414,9 @@ pub fn profile(
     f.gpu.elementwise.launch_us = c.launch_s * 1e6;
     let sus = c.gemm_sustained_s / c.gemm_alone_s;
     f.gpu.sustained_gemm_slowdown = (sus.is_finite() && sus > 0.0).then(|| sus.max(1.0));
-    // The rate the factor was measured at (the 8192³ GEMM alone): a rested table's GEMMs
-    // that run slower draw less power and slow less (held-out H100 runs,
-    // results/h100-2026-12-08/README.md). A heated table is at those clocks already.
-    let reference = 2.0 * 8192f64.powi(3) / c.gemm_alone_s / 1e12;
-    f.gpu.sustained_reference_tflops =
-        (f.gpu.sustained_gemm_slowdown.is_some() && c.heat_ms == 0.0 && reference.is_finite())
-            .then_some(reference);
+    // A rested table's GEMMs that run slower than the factor's probe draw less power and
+    // slow less (held-out H100 runs, results/h100-2026-12-08/README.md).
+    f.gpu.sustained_reference_tflops = sustained_reference_tflops(c);
     // No attention kernel is measured: attention is taken to run at the rate of the
     // large GEMM (8192³, timed alone), unless the base profile says otherwise.
     if f.gpu.attention_efficiency.is_none() {
